@@ -1,0 +1,128 @@
+#pragma once
+
+// The backend interface: what a store must provide for dlock's core to build locks on it.
+//
+// A backend implements atomic primitives and a wake-up channel; the core (src/core) owns every
+// rule built on them: validation, owners, waiting and deadlines, renewal, loss detection and
+// the bookkeeping of leases. A backend never sleeps to wait for a lock and never retries an
+// acquire on its own.
+//
+// Threads: every member function may be called concurrently from any thread (user threads and
+// the client's renewal thread). Errors are reported by throwing dlock::Error subclasses:
+// ConnectionError when the store cannot be reached, OutcomeUnknownError when a request was
+// sent but its effect is unknown, BackendError otherwise.
+//
+// Time: every TTL and expiry is judged by the store's clock (or the host's, for embedded
+// stores), never by comparing the caller's wall clock with another machine's.
+//
+// Two families fit this interface:
+//  * lease stores (local, SQLite, MySQL, PostgreSQL, Redis, Redlock): acquire() answers
+//    Acquired or Held at once; waiters sleep on the wake channel until a release or until
+//    the holder's lease runs out, then try again.
+//  * queue stores (ZooKeeper, etcd): acquire() may answer Enqueued with a ticket (the
+//    waiter's own queue entry). The core then waits on wake_channel(key, ticket), which
+//    fires when the predecessor is gone, and calls acquire() again with the same ticket.
+//    When the waiter gives up, the core calls cancel(key, ticket) to remove its entry.
+
+#include <chrono>
+#include <cstdint>
+#include <memory>
+#include <optional>
+#include <string>
+#include <string_view>
+#include <variant>
+
+#include "dlock/export.hpp"
+#include "dlock/types.hpp"
+
+namespace dlock::backend {
+
+struct AcquireRequest {
+  std::string_view key;
+  std::string_view owner;
+  std::chrono::milliseconds ttl;
+  std::string_view ticket;  // empty, or the ticket of an earlier Enqueued answer
+};
+
+// The key is ours. A new acquisition has hold_count 1 and a fresh fencing token, strictly
+// greater than every token the key ever had (across release, expiry, force-release,
+// restarts and clean-up). A re-entry by the same owner while its lease is live keeps the
+// token, increments the hold count and extends the lease to `ttl` from now.
+struct Acquired {
+  std::uint64_t token = 0;
+  std::uint32_t hold_count = 1;
+};
+
+// Someone else holds a live lease: report who and for how long (conflict report).
+struct Held {
+  LockInfo holder;
+};
+
+// Queue stores only: the caller is queued behind someone; wait on wake_channel(key, ticket).
+struct Enqueued {
+  std::string ticket;
+};
+
+using AcquireResult = std::variant<Acquired, Held, Enqueued>;
+
+// Identifies one acquisition. Renew and release match owner *and* token, so a late or
+// retried call can never touch a newer acquisition of the same key.
+struct LeaseRef {
+  std::string_view key;
+  std::string_view owner;
+  std::uint64_t token = 0;
+};
+
+// Waking waiters. The core creates one channel per waiting call, calls arm() before every
+// acquire attempt and, when the attempt found the key held, wait_until(). A release (or
+// force-release) that happens after arm() must make the following wait_until() return
+// promptly. Lease expiry needs no wake-up: the core never waits past the holder's ttl_left.
+// A release should wake O(1) waiters, not all of them.
+class DLOCK_EXPORT WakeChannel {
+ public:
+  virtual ~WakeChannel() = default;
+  virtual void arm() = 0;
+  // Blocks until woken, the deadline (steady clock), or spuriously. True when woken.
+  virtual bool wait_until(std::chrono::steady_clock::time_point deadline) = 0;
+  // The waiter stops without taking the lock after a wake-up it consumed: wake-one channels
+  // pass that wake-up on to another waiter here.
+  virtual void abandon() noexcept {}
+};
+
+class DLOCK_EXPORT Backend {
+ public:
+  virtual ~Backend() = default;
+
+  // Short lowercase name, as in the URL scheme: "sqlite", "local", "mysql".
+  virtual std::string_view name() const noexcept = 0;
+  // Longest key the store accepts; the core rejects longer keys with a clear error.
+  virtual std::size_t max_key_bytes() const noexcept { return kMaxKeyBytes; }
+
+  // Acquire-or-report-holder, in one atomic step.
+  virtual AcquireResult acquire(const AcquireRequest& request) = 0;
+  // Extends a live lease to `ttl` from now. False when the lease is no longer ours.
+  virtual bool renew(const LeaseRef& lease, std::chrono::milliseconds ttl) = 0;
+  // Drops one hold. Returns the holds left (0: the key is free now), or nothing when the
+  // lease was no longer ours (expired, force-released, taken over).
+  virtual std::optional<std::uint32_t> release(const LeaseRef& lease) = 0;
+
+  // Admin: the live holder of a key, if any.
+  virtual std::optional<LockInfo> inspect(std::string_view key) = 0;
+  // Admin: live locks whose key starts with `prefix`, in key order, after key `after`.
+  virtual ListPage list(std::string_view prefix, std::string_view after, std::size_t limit) = 0;
+  // Admin: frees the key whoever holds it; returns what was held, if anything. The evicted
+  // holder learns of it at its next renew or release.
+  virtual std::optional<LockInfo> force_release(std::string_view key) = 0;
+
+  // The wake-up channel for waiters on `key` (and, for queue stores, behind `ticket`).
+  virtual std::unique_ptr<WakeChannel> wake_channel(std::string_view key, std::string_view ticket) = 0;
+  // Queue stores: remove a waiter's queue entry. Lease stores ignore it.
+  virtual void cancel(std::string_view /*key*/, std::string_view /*ticket*/) {}
+
+  // The cheapest round trip the store offers (bench's `ping` workload).
+  virtual void ping() = 0;
+  // Removes state of keys that are free, keeping fencing monotonic. Returns keys removed.
+  virtual std::size_t collect_idle() { return 0; }
+};
+
+}  // namespace dlock::backend

@@ -1,0 +1,8 @@
+#pragma once
+
+// The whole public API of dlock.
+#include "dlock/backend.hpp"
+#include "dlock/client.hpp"
+#include "dlock/errors.hpp"
+#include "dlock/options.hpp"
+#include "dlock/types.hpp"

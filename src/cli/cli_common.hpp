@@ -1,0 +1,26 @@
+#pragma once
+
+// Shared by the dlock subcommands: global options, exit codes, output helpers.
+
+#include <string>
+
+#include "dlock/client.hpp"
+
+namespace dlock::cli {
+
+// Exit codes, documented in docs/cli.md.
+inline constexpr int kExitOk = 0;
+inline constexpr int kExitConflict = 1;   // lock not obtained in time (flock's default); -E changes it
+inline constexpr int kExitError = 69;     // backend or configuration error (EX_UNAVAILABLE)
+inline constexpr int kExitUsage = 64;     // bad command line (EX_USAGE)
+inline constexpr int kExitLost = 75;      // lock lost while CMD ran; CMD was terminated (EX_TEMPFAIL)
+
+struct GlobalOptions {
+  std::string url;  // --url, else DLOCK_URL, else the embedded default
+  bool json = false;
+};
+
+// Opens the client named by the global options (Client::open handles DLOCK_URL and the default).
+Client open_client(const GlobalOptions& global);
+
+}  // namespace dlock::cli
