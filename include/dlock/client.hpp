@@ -87,6 +87,10 @@ class DLOCK_EXPORT Lease {
   // caller learns that its critical section may not have been exclusive. A second call is
   // a no-op.
   void release();
+  // Stops tracking this hold without releasing it: the backend keeps the lease until its TTL
+  // runs out or Client::release(key, owner, token) drops it (how `dlock acquire` leaves a
+  // lock held after the process exits). Renewal stops once no tracked hold remains.
+  void detach() noexcept;
 
  private:
   friend struct detail::ClientState;
@@ -190,6 +194,11 @@ class DLOCK_EXPORT Client {
                           const LockOptions& options = {}) const;
   Attempt try_acquire_until(std::string_view key, std::chrono::steady_clock::time_point deadline,
                             const LockOptions& options = {}) const;
+
+  // Releases one hold of an acquisition identified by owner and token, without a Lease object
+  // (scripts that acquire in one process and release in another). Returns the holds left
+  // (0: free). Throws LockLostError when that acquisition no longer holds the key.
+  std::uint32_t release(std::string_view key, std::string_view owner, std::uint64_t token) const;
 
   // Admin.
   std::optional<LockInfo> inspect(std::string_view key) const;

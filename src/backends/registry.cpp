@@ -1,1 +1,24 @@
-// placeholder: being written
+#include "backends/registry.hpp"
+
+#include "backends/local/local_backend.hpp"
+#include "dlock/errors.hpp"
+#if DLOCK_WITH_SQLITE
+#include "backends/sqlite/sqlite_backend.hpp"
+#endif
+
+namespace dlock::backends {
+
+std::shared_ptr<backend::Backend> open_backend(const core::Url& url) {
+  if (url.scheme == "local") return make_local_backend(url);
+#if DLOCK_WITH_SQLITE
+  if (url.scheme == "sqlite") return make_sqlite_backend(url);
+#endif
+  std::string built_in = "local://";
+#if DLOCK_WITH_SQLITE
+  built_in += ", sqlite://PATH";
+#endif
+  throw ConfigurationError("unknown backend '" + url.scheme + "://' in URL " + url.redacted() +
+                           " (this build supports: " + built_in + ")");
+}
+
+}  // namespace dlock::backends

@@ -1,1 +1,564 @@
-// placeholder: being written
+#include <unistd.h>
+
+#include <algorithm>
+#include <cstdlib>
+#include <random>
+
+#include "backends/registry.hpp"
+#include "core/client_state.hpp"
+#include "core/log.hpp"
+#include "core/url.hpp"
+#include "core/validate.hpp"
+
+namespace dlock {
+namespace detail {
+namespace {
+
+std::string random_client_id() {
+  std::random_device device;  // getrandom(2) on Linux
+  std::string id;
+  for (int i = 0; i < 4; ++i) {
+    char chunk[9];
+    std::snprintf(chunk, sizeof chunk, "%08x", static_cast<unsigned>(device()));
+    id += chunk;
+  }
+  return id;
+}
+
+// Unique for the life of the process, unlike kernel thread ids, which are reused: a new thread
+// must never inherit holds a dead thread leaked.
+std::uint64_t thread_serial() {
+  static std::atomic<std::uint64_t> next{1};
+  thread_local const std::uint64_t serial = next.fetch_add(1);
+  return serial;
+}
+
+std::string describe(const LockInfo& holder) {
+  return "held by " + holder.owner + " (token " + std::to_string(holder.token) + ", " +
+         std::to_string(holder.ttl_left.count()) + " ms left)";
+}
+
+}  // namespace
+
+ClientState::ClientState(std::shared_ptr<backend::Backend> backend_, std::string url_)
+    : backend(std::move(backend_)), id(random_client_id()), url(std::move(url_)) {}
+
+std::string ClientState::default_owner() const {
+  // The pid keeps a forked child, which inherits this client's id, from sharing its holds.
+  return id + ':' + std::to_string(::getpid()) + '.' + std::to_string(thread_serial());
+}
+
+LockSpec ClientState::resolve(std::string_view key, const LockOptions& options) const {
+  core::validate_key(key, backend->max_key_bytes());
+  LockSpec spec;
+  spec.ttl = options.ttl.value_or(kDefaultTtl);
+  core::validate_ttl(spec.ttl, key);
+  spec.auto_renew = options.auto_renew.value_or(!options.ttl.has_value());
+  spec.owner = options.owner ? *options.owner : default_owner();
+  core::validate_owner(spec.owner);
+  spec.margin = options.safety_margin.value_or(std::chrono::milliseconds(2) + spec.ttl / 100);
+  if (spec.margin.count() < 0 || spec.margin >= spec.ttl) {
+    throw InvalidArgument("safety margin must be at least 0 and shorter than the TTL", std::string(key));
+  }
+  return spec;
+}
+
+Attempt ClientState::acquire_until(std::string_view key, const LockOptions& options,
+                                   SteadyClock::time_point deadline) {
+  const LockSpec spec = resolve(key, options);
+  std::unique_ptr<backend::WakeChannel> wake;
+  std::string ticket;
+  // A queue store's entry must not outlive a waiter that gives up or fails.
+  struct TicketGuard {
+    backend::Backend& backend;
+    std::string_view key;
+    std::string& ticket;
+    bool keep = false;
+    ~TicketGuard() {
+      if (keep || ticket.empty()) return;
+      try {
+        backend.cancel(key, ticket);
+      } catch (const std::exception& e) {
+        core::log(LogLevel::warning, "could not remove the queue entry for '" + std::string(key) + "': " + e.what());
+      }
+    }
+  } guard{*backend, key, ticket};
+
+  std::optional<LockInfo> holder;
+  for (;;) {
+    if (wake) wake->arm();
+    const auto sent = SteadyClock::now();
+    auto result = backend->acquire({key, spec.owner, spec.ttl, ticket});
+    if (auto* acquired = std::get_if<backend::Acquired>(&result)) {
+      guard.keep = true;
+      return Attempt(make_lease(std::string(key), spec, *acquired, sent));
+    }
+    const auto now = SteadyClock::now();
+    auto wait_deadline = deadline;
+    if (auto* held = std::get_if<backend::Held>(&result)) {
+      holder = std::move(held->holder);
+      // Never sleep past the holder's lease: expiry sends no wake-up.
+      wait_deadline = std::min(deadline, now + holder->ttl_left + std::chrono::milliseconds(1));
+    } else {
+      auto& enqueued = std::get<backend::Enqueued>(result);
+      holder.reset();
+      if (ticket != enqueued.ticket) {
+        ticket = std::move(enqueued.ticket);
+        wake.reset();
+      }
+    }
+    if (now >= deadline) {
+      if (wake) wake->abandon();
+      return Attempt(std::move(holder));
+    }
+    if (!wake) {
+      // Arm before the next attempt, so a release between the attempt and the wait is seen.
+      wake = backend->wake_channel(key, ticket);
+      continue;
+    }
+    wake->wait_until(wait_deadline);
+  }
+}
+
+Lease ClientState::make_lease(std::string key, const LockSpec& spec,
+                              const backend::Acquired& acquired, SteadyClock::time_point sent) {
+  const auto valid_until = sent + spec.ttl - spec.margin;
+  std::shared_ptr<LeaseState> state;
+  {
+    std::lock_guard lock(registry_mutex_);
+    auto& slot = registry_[{key, spec.owner}];
+    state = slot.lock();
+    if (state && state->token == acquired.token && !state->lost.load()) {
+      std::lock_guard state_lock(state->mutex);
+      if (!state->finished) {
+        ++state->local_holds;
+        state->set_valid_until(valid_until);  // a re-entry extends the lease to ttl from now
+        return Lease(shared_from_this(), state, acquired.hold_count);
+      }
+    }
+    state = std::make_shared<LeaseState>(key, spec, acquired.token);
+    state->local_holds = 1;
+    state->set_valid_until(valid_until);
+    slot = state;
+  }
+  const auto first_due = spec.auto_renew ? sent + spec.ttl / 3 : valid_until;
+  std::weak_ptr<LeaseState> weak = state;
+  scheduler.schedule(first_due, state, [this, weak]() -> std::optional<SteadyClock::time_point> {
+    auto locked = weak.lock();
+    return locked ? run_timer(locked) : std::nullopt;
+  });
+  return Lease(shared_from_this(), state, acquired.hold_count);
+}
+
+// Renews an auto-renewing lease, or tells a fixed-TTL lease's holder that its time is up.
+std::optional<SteadyClock::time_point> ClientState::run_timer(const std::shared_ptr<LeaseState>& state) {
+  {
+    std::lock_guard lock(state->mutex);
+    if (state->finished || state->lost.load()) return std::nullopt;
+  }
+  const auto now = SteadyClock::now();
+  const auto valid_until = state->valid_until_time();
+  if (!state->spec.auto_renew) {
+    if (now < valid_until) return valid_until;  // a re-entry moved it
+    mark_lost(*state, LossReason::expired, "lease of '" + state->key + "' reached the end of its " +
+                                               std::to_string(state->spec.ttl.count()) +
+                                               " ms TTL without renewal");
+    return std::nullopt;
+  }
+  const auto retry_at = [&] {
+    const auto interval = std::max<SteadyClock::duration>(state->spec.ttl / 10, std::chrono::milliseconds(10));
+    return std::min(SteadyClock::now() + interval, valid_until);
+  };
+  std::unique_lock op(state->op_mutex);
+  {
+    std::lock_guard lock(state->mutex);
+    if (state->finished) return std::nullopt;
+  }
+  const auto sent = SteadyClock::now();
+  bool renewed = false;
+  try {
+    renewed = backend->renew({state->key, state->spec.owner, state->token}, state->spec.ttl);
+  } catch (const std::exception& e) {
+    op.unlock();
+    if (SteadyClock::now() >= valid_until) {
+      mark_lost(*state, LossReason::renewal_failed,
+                "renewals of '" + state->key + "' failed until its lease could no longer be trusted: " + e.what());
+      return std::nullopt;
+    }
+    core::log(LogLevel::warning, "renewal of '" + state->key + "' failed, retrying: " + e.what());
+    return retry_at();
+  }
+  op.unlock();
+  if (!renewed) {
+    mark_lost(*state, LossReason::not_owner,
+              "the " + std::string(backend->name()) + " backend no longer holds '" + state->key +
+                  "' for this owner (token " + std::to_string(state->token) +
+                  "): it expired, was force-released or was taken over");
+    return std::nullopt;
+  }
+  state->set_valid_until(std::max(state->valid_until_time(), sent + state->spec.ttl - state->spec.margin));
+  return sent + state->spec.ttl / 3;
+}
+
+void ClientState::mark_lost(LeaseState& state, LossReason reason, std::string message) {
+  std::vector<std::function<void(const LossInfo&)>> callbacks;
+  {
+    std::lock_guard lock(state.mutex);
+    if (state.finished || state.lost.load()) return;
+    state.lost.store(true);
+    callbacks.swap(state.callbacks);  // dropped after running: no user object outlives the loss
+  }
+  core::log(LogLevel::warning, "lock lost: " + message);
+  state.stop.request_stop();
+  const LossInfo info{state.key, state.token, reason, std::move(message)};
+  for (auto& callback : callbacks) {
+    try {
+      callback(info);
+    } catch (const std::exception& e) {
+      core::log(LogLevel::error, std::string("a loss callback threw: ") + e.what());
+    }
+  }
+}
+
+void ClientState::add_loss_callback(LeaseState& state, std::function<void(const LossInfo&)> callback) {
+  {
+    std::lock_guard lock(state.mutex);
+    if (!state.lost.load()) {
+      state.callbacks.push_back(std::move(callback));
+      return;
+    }
+  }
+  callback(LossInfo{state.key, state.token, LossReason::not_owner, "the lease was already lost"});
+}
+
+void ClientState::drop_hold(const std::shared_ptr<LeaseState>& state) {
+  bool finished = false;
+  {
+    std::lock_guard lock(state->mutex);
+    finished = --state->local_holds <= 0;
+    if (finished) {
+      state->finished = true;
+      state->callbacks.clear();
+    }
+  }
+  if (!finished) return;
+  std::lock_guard lock(registry_mutex_);
+  const auto it = registry_.find({state->key, state->spec.owner});
+  if (it != registry_.end() && (it->second.expired() || it->second.lock() == state)) registry_.erase(it);
+}
+
+void ClientState::release(Lease& lease) {
+  auto& state = *lease.state_;
+  const auto lost_error = [&](const std::string& why) {
+    return LockLostError("lock '" + state.key + "' (token " + std::to_string(state.token) +
+                             ") was lost before release: " + why +
+                             "; the critical section may not have been exclusive",
+                         state.key, std::string(backend->name()));
+  };
+  if (state.lost.load()) {
+    lease.released_ = true;
+    drop_hold(lease.state_);
+    throw lost_error("it had been reported lost earlier");
+  }
+  std::optional<std::uint32_t> holds_left;
+  {
+    std::lock_guard op(state.op_mutex);
+    holds_left = backend->release({state.key, state.spec.owner, state.token});
+  }
+  lease.released_ = true;
+  if (!holds_left) {
+    mark_lost(state, LossReason::not_owner,
+              "release of '" + state.key + "' found it no longer held by this owner (token " +
+                  std::to_string(state.token) + ")");
+    drop_hold(lease.state_);
+    throw lost_error("the backend no longer had it (expired, force-released or taken over)");
+  }
+  drop_hold(lease.state_);
+}
+
+void ClientState::renew(LeaseState& state, std::chrono::milliseconds ttl) {
+  core::validate_ttl(ttl, state.key);
+  if (state.lost.load()) {
+    throw LockLostError("lock '" + state.key + "' was already lost", state.key, std::string(backend->name()));
+  }
+  const auto sent = SteadyClock::now();
+  bool renewed = false;
+  {
+    std::lock_guard op(state.op_mutex);
+    renewed = backend->renew({state.key, state.spec.owner, state.token}, ttl);
+  }
+  if (!renewed) {
+    mark_lost(state, LossReason::not_owner, "renewal of '" + state.key + "' found it no longer held by this owner");
+    throw LockLostError("lock '" + state.key + "' is no longer held (expired, force-released or taken over)",
+                        state.key, std::string(backend->name()));
+  }
+  state.set_valid_until(sent + ttl - std::min(state.spec.margin, ttl / 2));
+}
+
+void MutexState::adopt(Lease lease, const std::string& owner) {
+  std::lock_guard lock(mutex);
+  if (!loss_callbacks.empty()) {
+    auto callbacks = loss_callbacks;
+    lease.on_lost([callbacks](const LossInfo& info) {
+      for (const auto& callback : callbacks) callback(info);
+    });
+  }
+  holds[owner].push_back(std::move(lease));
+}
+
+}  // namespace detail
+
+// ---- Lease ----
+
+Lease::Lease(std::shared_ptr<detail::ClientState> client, std::shared_ptr<detail::LeaseState> state,
+             std::uint32_t hold_count)
+    : client_(std::move(client)), state_(std::move(state)), hold_count_(hold_count) {}
+
+Lease::Lease(Lease&& other) noexcept
+    : client_(std::move(other.client_)),
+      state_(std::move(other.state_)),
+      hold_count_(other.hold_count_),
+      released_(other.released_) {
+  other.released_ = true;
+}
+
+Lease& Lease::operator=(Lease&& other) noexcept {
+  if (this != &other) {
+    Lease old(std::move(*this));
+    client_ = std::move(other.client_);
+    state_ = std::move(other.state_);
+    hold_count_ = other.hold_count_;
+    released_ = other.released_;
+    other.released_ = true;
+  }
+  return *this;
+}
+
+Lease::~Lease() {
+  if (released_ || !state_) return;
+  try {
+    client_->release(*this);
+  } catch (const LockLostError&) {
+    // Already reported through the loss callbacks and the log.
+  } catch (const std::exception& e) {
+    if (!released_) {
+      released_ = true;
+      client_->drop_hold(state_);
+    }
+    core::log(LogLevel::warning, "could not release '" + state_->key + "': " + e.what() +
+                                     "; it stays held until its TTL runs out");
+  }
+}
+
+const std::string& Lease::key() const noexcept { return state_->key; }
+const std::string& Lease::owner() const noexcept { return state_->spec.owner; }
+std::uint64_t Lease::token() const noexcept { return state_->token; }
+std::uint32_t Lease::hold_count() const noexcept { return hold_count_; }
+std::chrono::steady_clock::time_point Lease::valid_until() const noexcept { return state_->valid_until_time(); }
+bool Lease::lost() const noexcept { return state_ && state_->lost.load(); }
+bool Lease::held() const noexcept { return state_ && !released_ && !state_->lost.load(); }
+std::stop_token Lease::stop_token() const noexcept { return state_->stop.get_token(); }
+
+void Lease::on_lost(std::function<void(const LossInfo&)> callback) {
+  detail::ClientState::add_loss_callback(*state_, std::move(callback));
+}
+
+void Lease::renew(std::optional<std::chrono::milliseconds> ttl) {
+  if (released_) throw std::logic_error("Lease::renew() after release()");
+  client_->renew(*state_, ttl.value_or(state_->spec.ttl));
+}
+
+void Lease::release() {
+  if (released_ || !state_) return;
+  client_->release(*this);
+}
+
+void Lease::detach() noexcept {
+  if (released_ || !state_) return;
+  released_ = true;
+  client_->drop_hold(state_);
+}
+
+Lease& Attempt::lease() {
+  if (!lease_) throw std::logic_error("Attempt::lease() on a failed attempt: check it first");
+  return *lease_;
+}
+
+// ---- Mutex ----
+
+Mutex::Mutex(std::shared_ptr<detail::MutexState> state) : state_(std::move(state)) {}
+Mutex::Mutex(Mutex&&) noexcept = default;
+Mutex& Mutex::operator=(Mutex&&) noexcept = default;
+Mutex::~Mutex() = default;
+
+void Mutex::lock() {
+  const bool acquired = try_lock_until_steady(std::chrono::steady_clock::time_point::max());
+  if (!acquired) throw std::logic_error("blocking acquire returned without the lock");
+}
+
+bool Mutex::try_lock() { return try_lock_until_steady(std::chrono::steady_clock::now()); }
+
+bool Mutex::try_lock_until_steady(std::chrono::steady_clock::time_point deadline) {
+  const std::string owner = state_->current_owner();
+  Attempt attempt = state_->client->acquire_until(state_->key, state_->options, deadline);
+  if (!attempt) {
+    std::lock_guard lock(state_->mutex);
+    state_->last_holder[owner] = attempt.holder();
+    return false;
+  }
+  state_->adopt(std::move(attempt.lease()), owner);
+  return true;
+}
+
+void Mutex::unlock() noexcept {
+  try {
+    const std::string owner = state_->current_owner();
+    std::optional<Lease> lease;
+    {
+      std::lock_guard lock(state_->mutex);
+      auto it = state_->holds.find(owner);
+      if (it == state_->holds.end() || it->second.empty()) {
+        core::log(LogLevel::error, "unlock() of '" + state_->key + "' by an owner that does not hold it");
+        return;
+      }
+      lease.emplace(std::move(it->second.back()));
+      it->second.pop_back();
+      if (it->second.empty()) state_->holds.erase(it);
+    }
+    lease->release();
+  } catch (const LockLostError&) {
+    // Reported through the loss callbacks and the log.
+  } catch (const std::exception& e) {
+    core::log(LogLevel::warning, "unlock() of '" + state_->key + "' failed: " + e.what());
+  }
+}
+
+const std::string& Mutex::key() const noexcept { return state_->key; }
+
+const Lease* Mutex::lease() const {
+  const std::string owner = state_->current_owner();
+  std::lock_guard lock(state_->mutex);
+  const auto it = state_->holds.find(owner);
+  return it == state_->holds.end() || it->second.empty() ? nullptr : &it->second.back();
+}
+
+std::optional<LockInfo> Mutex::last_holder() const {
+  const std::string owner = state_->current_owner();
+  std::lock_guard lock(state_->mutex);
+  const auto it = state_->last_holder.find(owner);
+  return it == state_->last_holder.end() ? std::nullopt : it->second;
+}
+
+void Mutex::on_lost(std::function<void(const LossInfo&)> callback) {
+  std::lock_guard lock(state_->mutex);
+  for (auto& [owner, leases] : state_->holds) {
+    for (auto& lease : leases) lease.on_lost(callback);
+  }
+  state_->loss_callbacks.push_back(std::move(callback));
+}
+
+// ---- Client ----
+
+Client::Client(std::shared_ptr<detail::ClientState> state) : state_(std::move(state)) {}
+
+Client Client::open(std::string_view url) {
+  std::string chosen(url);
+  if (chosen.empty()) {
+    const char* env = std::getenv("DLOCK_URL");
+    chosen = env && *env ? env : embedded_default_url();
+  }
+  const auto parsed = core::Url::parse(chosen);
+  return Client(std::make_shared<detail::ClientState>(backends::open_backend(parsed), parsed.redacted()));
+}
+
+Client Client::with_backend(std::shared_ptr<backend::Backend> backend) {
+  if (!backend) throw InvalidArgument("Client::with_backend needs a backend");
+  std::string url = std::string(backend->name()) + "://(custom)";
+  return Client(std::make_shared<detail::ClientState>(std::move(backend), std::move(url)));
+}
+
+std::string Client::embedded_default_url() {
+  if (const char* state = std::getenv("XDG_STATE_HOME"); state && *state == '/') {
+    return std::string("sqlite://") + state + "/dlock/locks.db";
+  }
+  if (const char* home = std::getenv("HOME"); home && *home == '/') {
+    return std::string("sqlite://") + home + "/.local/state/dlock/locks.db";
+  }
+  return "sqlite:///var/tmp/dlock-" + std::to_string(::getuid()) + "/locks.db";
+}
+
+Mutex Client::mutex(std::string key, LockOptions options) const {
+  state_->resolve(key, options);  // fail on bad input here, not at the first lock()
+  auto mutex_state = std::make_shared<detail::MutexState>();
+  mutex_state->client = state_;
+  mutex_state->key = std::move(key);
+  mutex_state->options = std::move(options);
+  return Mutex(std::move(mutex_state));
+}
+
+Lease Client::acquire(std::string_view key, const LockOptions& options) const {
+  auto attempt = state_->acquire_until(key, options, std::chrono::steady_clock::time_point::max());
+  return std::move(attempt.lease());
+}
+
+Attempt Client::try_acquire(std::string_view key, const LockOptions& options) const {
+  return state_->acquire_until(key, options, std::chrono::steady_clock::now());
+}
+
+Attempt Client::try_acquire_for(std::string_view key, std::chrono::steady_clock::duration timeout,
+                                const LockOptions& options) const {
+  const auto now = std::chrono::steady_clock::now();
+  const auto deadline =
+      timeout >= std::chrono::steady_clock::time_point::max() - now ? std::chrono::steady_clock::time_point::max()
+                                                                    : now + timeout;
+  return state_->acquire_until(key, options, deadline);
+}
+
+Attempt Client::try_acquire_until(std::string_view key, std::chrono::steady_clock::time_point deadline,
+                                  const LockOptions& options) const {
+  return state_->acquire_until(key, options, deadline);
+}
+
+std::uint32_t Client::release(std::string_view key, std::string_view owner, std::uint64_t token) const {
+  core::validate_key(key, state_->backend->max_key_bytes());
+  core::validate_owner(owner);
+  const auto left = state_->backend->release({key, owner, token});
+  if (!left) {
+    throw LockLostError("'" + std::string(key) + "' is not held by owner " + std::string(owner) + " with token " +
+                            std::to_string(token) + " (it expired, was force-released or was taken over)",
+                        std::string(key), std::string(state_->backend->name()));
+  }
+  return *left;
+}
+
+std::optional<LockInfo> Client::inspect(std::string_view key) const {
+  core::validate_key(key, state_->backend->max_key_bytes());
+  return state_->backend->inspect(key);
+}
+
+ListPage Client::list(std::string_view prefix, std::string_view after, std::size_t limit) const {
+  if (limit == 0) throw InvalidArgument("list limit must be at least 1");
+  return state_->backend->list(prefix, after, limit);
+}
+
+std::optional<LockInfo> Client::force_release(std::string_view key) const {
+  core::validate_key(key, state_->backend->max_key_bytes());
+  auto released = state_->backend->force_release(key);
+  if (released) core::log(LogLevel::info, "force-released '" + std::string(key) + "', " + detail::describe(*released));
+  return released;
+}
+
+std::size_t Client::collect_idle() const { return state_->backend->collect_idle(); }
+
+std::chrono::nanoseconds Client::ping() const {
+  const auto start = std::chrono::steady_clock::now();
+  state_->backend->ping();
+  return std::chrono::steady_clock::now() - start;
+}
+
+const std::string& Client::id() const noexcept { return state_->id; }
+const std::string& Client::url() const noexcept { return state_->url; }
+std::string_view Client::backend_name() const noexcept { return state_->backend->name(); }
+std::string Client::default_owner() const { return state_->default_owner(); }
+
+}  // namespace dlock

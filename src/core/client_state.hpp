@@ -1,0 +1,109 @@
+#pragma once
+
+// The core's shared state behind Client, Lease and Mutex: lease bookkeeping (holds, expiry,
+// loss), the waiting loop and renewal. Backends see none of it.
+
+#include <atomic>
+#include <chrono>
+#include <deque>
+#include <functional>
+#include <map>
+#include <memory>
+#include <mutex>
+#include <optional>
+#include <stop_token>
+#include <string>
+#include <unordered_map>
+#include <vector>
+
+#include "core/renewal.hpp"
+#include "dlock/client.hpp"
+
+namespace dlock::detail {
+
+using SteadyClock = std::chrono::steady_clock;
+
+// Resolved LockOptions.
+struct LockSpec {
+  std::string owner;
+  std::chrono::milliseconds ttl;
+  std::chrono::milliseconds margin;
+  bool auto_renew;
+};
+
+// One acquisition (key, owner, token), shared by the Lease objects that hold it.
+struct LeaseState {
+  LeaseState(std::string key_, LockSpec spec_, std::uint64_t token_)
+      : key(std::move(key_)), spec(std::move(spec_)), token(token_) {}
+
+  const std::string key;
+  const LockSpec spec;
+  const std::uint64_t token;
+
+  std::atomic<SteadyClock::rep> valid_until{0};  // steady-clock ticks
+  std::atomic<bool> lost{false};
+  std::stop_source stop;
+
+  // Serializes renew and release of this acquisition, so a renew racing a release can
+  // never be mistaken for a loss.
+  std::mutex op_mutex;
+
+  std::mutex mutex;  // guards the fields below
+  int local_holds = 0;
+  bool finished = false;  // every local hold released or detached: nothing to renew
+  std::vector<std::function<void(const LossInfo&)>> callbacks;
+
+  SteadyClock::time_point valid_until_time() const {
+    return SteadyClock::time_point(SteadyClock::duration(valid_until.load()));
+  }
+  void set_valid_until(SteadyClock::time_point t) { valid_until.store(t.time_since_epoch().count()); }
+};
+
+struct ClientState : std::enable_shared_from_this<ClientState> {
+  ClientState(std::shared_ptr<backend::Backend> backend_, std::string url_);
+
+  const std::shared_ptr<backend::Backend> backend;
+  const std::string id;
+  const std::string url;
+  core::RenewalScheduler scheduler;
+
+  LockSpec resolve(std::string_view key, const LockOptions& options) const;
+  std::string default_owner() const;
+
+  // The waiting loop: tries until acquired or the deadline (steady clock) passes.
+  Attempt acquire_until(std::string_view key, const LockOptions& options,
+                        SteadyClock::time_point deadline);
+
+  void release(Lease& lease);
+  void renew(LeaseState& state, std::chrono::milliseconds ttl);
+  void drop_hold(const std::shared_ptr<LeaseState>& state);
+  // Marks the lease lost once and tells its callbacks and stop token.
+  void mark_lost(LeaseState& state, LossReason reason, std::string message);
+  static void add_loss_callback(LeaseState& state, std::function<void(const LossInfo&)> callback);
+
+ private:
+  Lease make_lease(std::string key, const LockSpec& spec, const backend::Acquired& acquired,
+                   SteadyClock::time_point sent);
+  std::optional<SteadyClock::time_point> run_timer(const std::shared_ptr<LeaseState>& state);
+
+  std::mutex registry_mutex_;
+  std::map<std::pair<std::string, std::string>, std::weak_ptr<LeaseState>> registry_;
+};
+
+struct MutexState {
+  std::shared_ptr<ClientState> client;
+  std::string key;
+  LockOptions options;
+
+  std::mutex mutex;
+  std::unordered_map<std::string, std::deque<Lease>> holds;  // by owner; deque keeps Lease* stable
+  std::unordered_map<std::string, std::optional<LockInfo>> last_holder;
+  std::vector<std::function<void(const LossInfo&)>> loss_callbacks;
+
+  std::string current_owner() const {
+    return options.owner ? *options.owner : client->default_owner();
+  }
+  void adopt(Lease lease, const std::string& owner);
+};
+
+}  // namespace dlock::detail
