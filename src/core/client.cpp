@@ -141,30 +141,45 @@ Lease ClientState::make_lease(std::string key, const LockSpec& spec,
     state->set_valid_until(valid_until);
     slot = state;
   }
-  const auto first_due = spec.auto_renew ? sent + spec.ttl / 3 : valid_until;
   std::weak_ptr<LeaseState> weak = state;
-  scheduler.schedule(first_due, state, [this, weak]() -> std::optional<SteadyClock::time_point> {
+  deadlines.schedule(valid_until, state, [this, weak]() -> std::optional<SteadyClock::time_point> {
     auto locked = weak.lock();
-    return locked ? run_timer(locked) : std::nullopt;
+    return locked ? deadline_due(locked) : std::nullopt;
   });
+  if (spec.auto_renew) {
+    renewals.schedule(sent + spec.ttl / 3, state, [this, weak]() -> std::optional<SteadyClock::time_point> {
+      auto locked = weak.lock();
+      return locked ? renew_due(locked) : std::nullopt;
+    });
+  }
   return Lease(shared_from_this(), state, acquired.hold_count);
 }
 
-// Renews an auto-renewing lease, or tells a fixed-TTL lease's holder that its time is up.
-std::optional<SteadyClock::time_point> ClientState::run_timer(const std::shared_ptr<LeaseState>& state) {
+// Fires the stop token once valid_until passes without a renewal having moved it.
+std::optional<SteadyClock::time_point> ClientState::deadline_due(const std::shared_ptr<LeaseState>& state) {
   {
     std::lock_guard lock(state->mutex);
     if (state->finished || state->lost.load()) return std::nullopt;
   }
-  const auto now = SteadyClock::now();
   const auto valid_until = state->valid_until_time();
-  if (!state->spec.auto_renew) {
-    if (now < valid_until) return valid_until;  // a re-entry moved it
+  if (SteadyClock::now() < valid_until) return valid_until;  // renewed or re-entered meanwhile
+  if (state->spec.auto_renew) {
+    mark_lost(*state, LossReason::renewal_failed,
+              "no renewal of '" + state->key + "' succeeded before its lease could no longer be trusted");
+  } else {
     mark_lost(*state, LossReason::expired, "lease of '" + state->key + "' reached the end of its " +
                                                std::to_string(state->spec.ttl.count()) +
                                                " ms TTL without renewal");
-    return std::nullopt;
   }
+  return std::nullopt;
+}
+
+std::optional<SteadyClock::time_point> ClientState::renew_due(const std::shared_ptr<LeaseState>& state) {
+  {
+    std::lock_guard lock(state->mutex);
+    if (state->finished || state->lost.load()) return std::nullopt;
+  }
+  const auto valid_until = state->valid_until_time();
   const auto retry_at = [&] {
     const auto interval = std::max<SteadyClock::duration>(state->spec.ttl / 10, std::chrono::milliseconds(10));
     return std::min(SteadyClock::now() + interval, valid_until);
@@ -258,6 +273,13 @@ void ClientState::release(Lease& lease) {
   if (state.lost.load()) {
     lease.released_ = true;
     drop_hold(lease.state_);
+    // A lease lost by local timing may still be held by the store: free it, by owner and
+    // token, which can never touch a newer acquisition.
+    try {
+      std::lock_guard op(state.op_mutex);
+      backend->release({state.key, state.spec.owner, state.token});
+    } catch (const std::exception&) {
+    }
     throw lost_error("it had been reported lost earlier");
   }
   std::optional<std::uint32_t> holds_left;

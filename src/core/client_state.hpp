@@ -65,7 +65,10 @@ struct ClientState : std::enable_shared_from_this<ClientState> {
   const std::shared_ptr<backend::Backend> backend;
   const std::string id;
   const std::string url;
-  core::RenewalScheduler scheduler;
+  // Renewals may block inside a slow backend call; deadlines run on their own thread so a
+  // hung renewal cannot delay the stop token past valid_until.
+  core::RenewalScheduler renewals;
+  core::RenewalScheduler deadlines;
 
   LockSpec resolve(std::string_view key, const LockOptions& options) const;
   std::string default_owner() const;
@@ -84,7 +87,8 @@ struct ClientState : std::enable_shared_from_this<ClientState> {
  private:
   Lease make_lease(std::string key, const LockSpec& spec, const backend::Acquired& acquired,
                    SteadyClock::time_point sent);
-  std::optional<SteadyClock::time_point> run_timer(const std::shared_ptr<LeaseState>& state);
+  std::optional<SteadyClock::time_point> renew_due(const std::shared_ptr<LeaseState>& state);
+  std::optional<SteadyClock::time_point> deadline_due(const std::shared_ptr<LeaseState>& state);
 
   std::mutex registry_mutex_;
   std::map<std::pair<std::string, std::string>, std::weak_ptr<LeaseState>> registry_;

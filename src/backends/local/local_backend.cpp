@@ -135,6 +135,7 @@ class LocalBackend final : public backend::Backend {
     std::lock_guard lock(store_->mutex);
     const auto now = Clock::now();
     ListPage page;
+    if (limit == 0) return page;
     auto it = after.empty() ? store_->entries.lower_bound(prefix) : store_->entries.upper_bound(after);
     for (; it != store_->entries.end(); ++it) {
       if (it->first.compare(0, prefix.size(), prefix) != 0) {

@@ -1,1 +1,573 @@
-// placeholder: being written
+#include "backends/sqlite/sqlite_backend.hpp"
+
+#include <fcntl.h>
+#include <sqlite3.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <array>
+#include <cerrno>
+#include <cstdint>
+#include <cstdlib>
+#include <cstring>
+#include <ctime>
+#include <filesystem>
+#include <fstream>
+#include <mutex>
+#include <string>
+#include <vector>
+
+#include "backends/sqlite/wake_board.hpp"
+#include "dlock/errors.hpp"
+
+namespace dlock::backends {
+namespace {
+
+constexpr const char* kName = "sqlite";
+constexpr const char* kFix = "choose a writable directory: sqlite:///path/to/locks.db";
+constexpr long long kSchemaVersion = 1;
+constexpr std::chrono::milliseconds kDefaultBusyTimeout{10'000};
+constexpr std::chrono::milliseconds kMaxBusyTimeout{24 * 3'600'000};
+// TTLs beyond a century are stored as a century, so now + ttl cannot overflow 64 bits.
+constexpr std::int64_t kMaxTtlMs = 100LL * 365 * 24 * 3'600'000;
+
+// Tables, the token sequence and its triggers. Idempotent; run inside BEGIN IMMEDIATE.
+// Tokens come from dlock_seq, never from a row, so deleting idle rows cannot repeat a token.
+constexpr const char* kSchema = R"sql(
+CREATE TABLE IF NOT EXISTS dlock_meta(k TEXT PRIMARY KEY, v) WITHOUT ROWID;
+CREATE TABLE IF NOT EXISTS dlock_locks(
+  name TEXT PRIMARY KEY,
+  owner TEXT NOT NULL,            -- '' when free
+  token INTEGER NOT NULL,         -- fencing token of the current or last acquisition
+  hold_count INTEGER NOT NULL,
+  expires_at INTEGER NOT NULL,    -- microseconds of CLOCK_BOOTTIME (dlock_now_us())
+  acquired_at INTEGER NOT NULL
+) WITHOUT ROWID;
+CREATE TABLE IF NOT EXISTS dlock_seq(id INTEGER PRIMARY KEY CHECK (id = 0), v INTEGER NOT NULL);
+INSERT OR IGNORE INTO dlock_seq VALUES (0, 0);
+CREATE TRIGGER IF NOT EXISTS dlock_seq_after_insert AFTER INSERT ON dlock_locks
+BEGIN UPDATE dlock_seq SET v = max(v, NEW.token) WHERE id = 0; END;
+CREATE TRIGGER IF NOT EXISTS dlock_seq_after_update AFTER UPDATE OF token ON dlock_locks
+WHEN NEW.token > OLD.token
+BEGIN UPDATE dlock_seq SET v = max(v, NEW.token) WHERE id = 0; END;
+INSERT OR IGNORE INTO dlock_meta VALUES ('schema_version', 1);
+)sql";
+
+// Every statement reads the clock once through the MATERIALIZED CTE t(now), so its checks
+// and the values it stores agree on one instant (dlock_now_us() is not deterministic, and a
+// plain call would be evaluated once per use).
+enum Sql : std::size_t { kAcquire, kRenew, kRelease, kInspect, kList, kForceRelease, kCollectIdle, kPing, kSqlCount };
+
+constexpr std::array<const char*, kSqlCount> kSql = {
+    // acquire: one UPSERT. A free row (owner '' or expired) goes to the caller with the next
+    // token; the live owner re-enters; anyone else leaves it unchanged. The DO UPDATE always
+    // fires so RETURNING reports the holder too. SET expressions see the old row.
+    R"sql(WITH t(now) AS MATERIALIZED (SELECT dlock_now_us())
+INSERT INTO dlock_locks(name, owner, token, hold_count, expires_at, acquired_at)
+SELECT ?1, ?2, (SELECT v FROM dlock_seq WHERE id = 0) + 1, 1, t.now + ?3, t.now FROM t WHERE true
+ON CONFLICT(name) DO UPDATE SET
+  owner = CASE WHEN owner = '' OR expires_at <= excluded.acquired_at THEN excluded.owner ELSE owner END,
+  token = CASE WHEN owner = '' OR expires_at <= excluded.acquired_at THEN excluded.token ELSE token END,
+  hold_count = CASE WHEN owner = '' OR expires_at <= excluded.acquired_at THEN 1
+                    WHEN owner = excluded.owner THEN hold_count + 1 ELSE hold_count END,
+  expires_at = CASE WHEN owner = '' OR expires_at <= excluded.acquired_at OR owner = excluded.owner
+                    THEN excluded.expires_at ELSE expires_at END,
+  acquired_at = CASE WHEN owner = '' OR expires_at <= excluded.acquired_at THEN excluded.acquired_at
+                     ELSE acquired_at END
+RETURNING owner, token, hold_count, expires_at - (SELECT now FROM t))sql",
+    // renew: never resurrects an expired lease.
+    R"sql(WITH t(now) AS MATERIALIZED (SELECT dlock_now_us())
+UPDATE dlock_locks SET expires_at = (SELECT now FROM t) + ?4
+WHERE name = ?1 AND owner = ?2 AND token = ?3 AND owner <> '' AND expires_at > (SELECT now FROM t)
+RETURNING 1)sql",
+    // release: drops one hold; the last one frees the row (kept, for its token history).
+    R"sql(WITH t(now) AS MATERIALIZED (SELECT dlock_now_us())
+UPDATE dlock_locks SET hold_count = hold_count - 1,
+  owner = CASE WHEN hold_count > 1 THEN owner ELSE '' END,
+  expires_at = CASE WHEN hold_count > 1 THEN expires_at ELSE 0 END
+WHERE name = ?1 AND owner = ?2 AND token = ?3 AND owner <> '' AND expires_at > (SELECT now FROM t)
+RETURNING hold_count)sql",
+    R"sql(WITH t(now) AS MATERIALIZED (SELECT dlock_now_us())
+SELECT owner, token, hold_count, expires_at - t.now FROM dlock_locks, t
+WHERE name = ?1 AND owner <> '' AND expires_at > t.now)sql",
+    // list: ?1 is the lower bound (prefix or after), ?2 the `after` key itself (exclusive),
+    // ?3 the first string past the prefix (a BLOB, which sorts after all text, when none).
+    R"sql(WITH t(now) AS MATERIALIZED (SELECT dlock_now_us())
+SELECT name, owner, token, hold_count, expires_at - t.now FROM dlock_locks, t
+WHERE name >= ?1 AND name < ?3 AND name <> ?2 AND owner <> '' AND expires_at > t.now
+ORDER BY name LIMIT ?4)sql",
+    // force_release deletes the row: DELETE ... RETURNING reports the evicted holder in one
+    // statement, and the global sequence keeps the next token greater.
+    R"sql(WITH t(now) AS MATERIALIZED (SELECT dlock_now_us())
+DELETE FROM dlock_locks WHERE name = ?1 AND owner <> '' AND expires_at > (SELECT now FROM t)
+RETURNING owner, token, hold_count, expires_at - (SELECT now FROM t))sql",
+    R"sql(WITH t(now) AS MATERIALIZED (SELECT dlock_now_us())
+DELETE FROM dlock_locks WHERE owner = '' OR expires_at <= (SELECT now FROM t))sql",
+    // ping: a read transaction and one B-tree lookup, the cheapest access to the file.
+    "SELECT v FROM dlock_seq WHERE id = 0",
+};
+
+// The host-wide clock every process on this host shares; it does not jump with NTP and keeps
+// counting through suspend. It restarts at boot, hence the boot id in dlock_meta.
+void now_us(sqlite3_context* context, int, sqlite3_value**) {
+  timespec ts{};
+  ::clock_gettime(CLOCK_BOOTTIME, &ts);
+  sqlite3_result_int64(context, static_cast<sqlite3_int64>(ts.tv_sec) * 1'000'000 + ts.tv_nsec / 1000);
+}
+
+std::chrono::milliseconds ceil_ms(std::int64_t us) {
+  return std::chrono::milliseconds(us <= 0 ? 0 : (us + 999) / 1000);
+}
+
+std::int64_t ttl_us(std::chrono::milliseconds ttl) {
+  return std::clamp<std::int64_t>(ttl.count(), 0, kMaxTtlMs) * 1000;
+}
+
+[[noreturn]] void throw_sqlite_error(sqlite3* db, int rc, const std::string& path, std::string_view key = {}) {
+  std::string message = db ? sqlite3_errmsg(db) : sqlite3_errstr(rc);
+  switch (rc & 0xff) {
+    case SQLITE_CANTOPEN:
+    case SQLITE_READONLY:
+    case SQLITE_PERM:
+    case SQLITE_AUTH:
+      // "unable to open database file" alone does not say why.
+      if (const int err = db ? sqlite3_system_errno(db) : 0; err != 0) message += std::string(" (") + std::strerror(err) + ")";
+      throw ConfigurationError("cannot use " + path + " as the lock database: " + message + " (" + kFix + ")", kName);
+    case SQLITE_NOTADB:
+      throw ConfigurationError(path + " is not a SQLite database (" + message +
+                                   "); point the URL at a new file: sqlite:///path/to/locks.db",
+                               kName);
+    case SQLITE_BUSY:
+    case SQLITE_LOCKED:
+      throw BackendError("the lock database " + path + " stayed busy past busy_timeout: " + message, kName,
+                         std::string(key), true);
+    default:
+      throw BackendError("SQLite failed on " + path + ": " + message, kName, std::string(key));
+  }
+}
+
+// One sqlite3 handle with its cached statements, used by one thread at a time.
+class Connection {
+ public:
+  Connection(const std::string& path, int busy_ms) : path_(path) {
+    const int rc = sqlite3_open_v2(path.c_str(), &db_, SQLITE_OPEN_READWRITE | SQLITE_OPEN_CREATE | SQLITE_OPEN_NOMUTEX,
+                                   nullptr);
+    try {
+      if (rc != SQLITE_OK) fail(rc);
+      // A file we may not write opens read-only without an error; say so now.
+      if (sqlite3_db_readonly(db_, "main") == 1) {
+        throw ConfigurationError("cannot use " + path_ + " as the lock database: this user may not write it (" +
+                                     kFix + ")",
+                                 kName);
+      }
+      sqlite3_extended_result_codes(db_, 1);
+      sqlite3_busy_timeout(db_, busy_ms);
+      // One host: a power loss that drops the last commits also killed every holder, so a
+      // commit need not fsync (WAL checkpoints still do).
+      exec("PRAGMA synchronous = NORMAL");
+      const int fn = sqlite3_create_function_v2(db_, "dlock_now_us", 0, SQLITE_UTF8, nullptr, now_us, nullptr,
+                                                nullptr, nullptr);
+      if (fn != SQLITE_OK) fail(fn);
+    } catch (...) {
+      sqlite3_close_v2(db_);  // sqlite3_open_v2 allocates a handle even when it fails
+      throw;
+    }
+  }
+
+  ~Connection() {
+    for (sqlite3_stmt* statement : statements_) sqlite3_finalize(statement);
+    sqlite3_close_v2(db_);  // rolls back an open transaction
+  }
+
+  Connection(const Connection&) = delete;
+  Connection& operator=(const Connection&) = delete;
+
+  sqlite3* db() const noexcept { return db_; }
+  const std::string& path() const noexcept { return path_; }
+
+  [[noreturn]] void fail(int rc, std::string_view key = {}) const { throw_sqlite_error(db_, rc, path_, key); }
+
+  void exec(const char* sql) {
+    const int rc = sqlite3_exec(db_, sql, nullptr, nullptr, nullptr);
+    if (rc != SQLITE_OK) fail(rc);
+  }
+
+  sqlite3_stmt* prepare(const char* sql, unsigned flags) {
+    sqlite3_stmt* statement = nullptr;
+    const int rc = sqlite3_prepare_v3(db_, sql, -1, flags, &statement, nullptr);
+    if (rc != SQLITE_OK) fail(rc);
+    return statement;
+  }
+
+  sqlite3_stmt* cached(Sql which) {
+    sqlite3_stmt*& statement = statements_[which];
+    if (!statement) statement = prepare(kSql[which], SQLITE_PREPARE_PERSISTENT);
+    return statement;
+  }
+
+ private:
+  std::string path_;
+  sqlite3* db_ = nullptr;
+  std::array<sqlite3_stmt*, kSqlCount> statements_{};
+};
+
+// One execution of a statement: binds, steps, and resets it when done.
+class Query {
+ public:
+  Query(Connection& connection, Sql which, std::string_view key = {})
+      : connection_(connection), statement_(connection.cached(which)), key_(key) {}
+  Query(Connection& connection, const char* sql)
+      : connection_(connection), statement_(connection.prepare(sql, 0)), owned_(true) {}
+
+  ~Query() {
+    if (owned_) {
+      sqlite3_finalize(statement_);
+    } else {
+      sqlite3_reset(statement_);
+      sqlite3_clear_bindings(statement_);
+    }
+  }
+
+  Query(const Query&) = delete;
+  Query& operator=(const Query&) = delete;
+
+  Query& bind(int index, std::string_view text) {
+    // A null data pointer would bind SQL NULL, not ''.
+    check(sqlite3_bind_text(statement_, index, text.empty() ? "" : text.data(), static_cast<int>(text.size()),
+                            SQLITE_STATIC));
+    return *this;
+  }
+  Query& bind(int index, std::int64_t value) {
+    check(sqlite3_bind_int64(statement_, index, value));
+    return *this;
+  }
+  // An empty BLOB, which sorts after every TEXT value.
+  Query& bind_empty_blob(int index) {
+    check(sqlite3_bind_zeroblob(statement_, index, 0));
+    return *this;
+  }
+
+  // True when a row is ready; false when the statement is done (and, in autocommit mode,
+  // committed).
+  bool step() {
+    const int rc = sqlite3_step(statement_);
+    if (rc == SQLITE_ROW) return true;
+    if (rc == SQLITE_DONE) return false;
+    connection_.fail(rc, key_);
+  }
+
+  // Steps a statement that yields at most one row: `read` copies its columns, then the
+  // statement runs to completion, which commits in autocommit mode. False when no row.
+  template <class Read>
+  bool one_row(Read&& read) {
+    if (!step()) return false;
+    read();
+    while (step()) {
+    }
+    return true;
+  }
+
+  std::int64_t int64(int column) const { return sqlite3_column_int64(statement_, column); }
+  std::string text(int column) const {
+    const auto* text = sqlite3_column_text(statement_, column);
+    if (!text) return {};
+    return std::string(reinterpret_cast<const char*>(text),
+                       static_cast<std::size_t>(sqlite3_column_bytes(statement_, column)));
+  }
+
+ private:
+  void check(int rc) const {
+    if (rc != SQLITE_OK) connection_.fail(rc, key_);
+  }
+
+  Connection& connection_;
+  sqlite3_stmt* statement_;
+  std::string_view key_;
+  bool owned_ = false;
+};
+
+std::string read_boot_id() {
+  std::ifstream in("/proc/sys/kernel/random/boot_id");
+  std::string id;
+  std::getline(in, id);
+  if (id.empty()) {
+    throw ConfigurationError(
+        "sqlite:// needs /proc/sys/kernel/random/boot_id to tell leases of an earlier boot (is /proc mounted?)",
+        kName);
+  }
+  return id;
+}
+
+[[noreturn]] void path_error(const std::string& what, const std::string& path, int err) {
+  throw ConfigurationError(what + " " + path + " for the lock database: " + std::strerror(err) + " (" + kFix + ")",
+                           kName);
+}
+
+// mkdir -p, making only the directories that are missing, each private to this user.
+void create_parent_directories(const std::filesystem::path& file) {
+  std::vector<std::filesystem::path> missing;
+  for (auto dir = file.parent_path(); !dir.empty(); dir = dir.parent_path()) {
+    struct stat st {};
+    if (::stat(dir.c_str(), &st) == 0) {
+      if (!S_ISDIR(st.st_mode)) path_error("cannot use", dir.string(), ENOTDIR);
+      break;
+    }
+    if (errno != ENOENT) path_error("cannot reach", dir.string(), errno);
+    missing.push_back(dir);
+    if (dir == dir.parent_path()) break;
+  }
+  for (auto it = missing.rbegin(); it != missing.rend(); ++it) {
+    if (::mkdir(it->c_str(), 0700) != 0 && errno != EEXIST) path_error("cannot create directory", it->string(), errno);
+  }
+}
+
+class SqliteBackend final : public backend::Backend {
+ public:
+  SqliteBackend(const std::string& path, int busy_ms) : busy_ms_(busy_ms) {
+    std::error_code ec;
+    const auto absolute = std::filesystem::absolute(path, ec).lexically_normal();
+    if (ec) path_error("cannot resolve", path, ec.value());
+    create_parent_directories(absolute);
+    // SQLite reports a file it may not create as "unable to open" with a misleading errno.
+    if (::access(absolute.c_str(), F_OK) != 0 &&
+        ::faccessat(AT_FDCWD, absolute.parent_path().c_str(), W_OK | X_OK, AT_EACCESS) != 0) {
+      path_error("cannot create", absolute.string(), errno);
+    }
+    auto first = std::make_unique<Connection>(absolute.string(), busy_ms_);
+    // Every connection and the wake board must name the same file as every other process,
+    // whatever this process's working directory later is or the symlinks it went through.
+    if (char* resolved = ::realpath(absolute.c_str(), nullptr)) {
+      path_ = resolved;
+      std::free(resolved);
+    } else {
+      path_error("cannot resolve", absolute.string(), errno);
+    }
+    set_up(*first);
+    struct stat st {};
+    if (::stat(path_.c_str(), &st) != 0) path_error("cannot inspect", path_, errno);
+    board_ = sqlite::WakeBoard::open(path_ + "-wake", st.st_mode & 0777);
+    idle_.push_back(std::move(first));
+  }
+
+  std::string_view name() const noexcept override { return kName; }
+
+  backend::AcquireResult acquire(const backend::AcquireRequest& request) override {
+    Borrowed connection(*this);
+    Query query(*connection, kAcquire, request.key);
+    query.bind(1, request.key).bind(2, request.owner).bind(3, ttl_us(request.ttl));
+    backend::AcquireResult result;
+    const bool found = query.one_row([&] {
+      std::string owner = query.text(0);
+      const auto token = static_cast<std::uint64_t>(query.int64(1));
+      const auto holds = static_cast<std::uint32_t>(query.int64(2));
+      if (owner == request.owner) {
+        result = backend::Acquired{token, holds};
+      } else {
+        result = backend::Held{LockInfo{std::string(request.key), std::move(owner), token, holds, ceil_ms(query.int64(3))}};
+      }
+    });
+    if (!found) throw BackendError("acquire returned no row from " + path_, kName, std::string(request.key));
+    return result;
+  }
+
+  bool renew(const backend::LeaseRef& lease, std::chrono::milliseconds ttl) override {
+    Borrowed connection(*this);
+    Query query(*connection, kRenew, lease.key);
+    query.bind(1, lease.key).bind(2, lease.owner).bind(3, static_cast<std::int64_t>(lease.token)).bind(4, ttl_us(ttl));
+    return query.one_row([] {});
+  }
+
+  std::optional<std::uint32_t> release(const backend::LeaseRef& lease) override {
+    std::optional<std::uint32_t> left;
+    {
+      Borrowed connection(*this);
+      Query query(*connection, kRelease, lease.key);
+      query.bind(1, lease.key).bind(2, lease.owner).bind(3, static_cast<std::int64_t>(lease.token));
+      query.one_row([&] { left = static_cast<std::uint32_t>(query.int64(0)); });
+    }
+    if (left == 0u) board_->ring(lease.key);  // committed: the key is free
+    return left;
+  }
+
+  std::optional<LockInfo> inspect(std::string_view key) override {
+    Borrowed connection(*this);
+    Query query(*connection, kInspect, key);
+    query.bind(1, key);
+    std::optional<LockInfo> info;
+    query.one_row([&] { info = row_info(query, std::string(key), 0); });
+    return info;
+  }
+
+  ListPage list(std::string_view prefix, std::string_view after, std::size_t limit) override {
+    if (limit == 0) return {};
+    // Keys compare bytewise (BINARY collation, like std::string_view), so the keys that start
+    // with `prefix` are exactly [prefix, prefix_end) and the primary key serves the range.
+    std::string prefix_end(prefix);
+    while (!prefix_end.empty() && static_cast<unsigned char>(prefix_end.back()) == 0xff) prefix_end.pop_back();
+    if (!prefix_end.empty()) prefix_end.back() = static_cast<char>(static_cast<unsigned char>(prefix_end.back()) + 1);
+    Borrowed connection(*this);
+    Query query(*connection, kList);
+    query.bind(1, std::max(prefix, after)).bind(2, after);
+    if (prefix_end.empty()) {
+      query.bind_empty_blob(3);
+    } else {
+      query.bind(3, prefix_end);
+    }
+    // One row more than asked tells whether another page follows.
+    query.bind(4, static_cast<std::int64_t>(std::min<std::size_t>(limit, INT64_MAX - 1) + 1));
+    ListPage page;
+    while (query.step()) {
+      if (page.locks.size() == limit) {
+        page.next_after = page.locks.back().key;
+        break;
+      }
+      page.locks.push_back(row_info(query, query.text(0), 1));
+    }
+    return page;
+  }
+
+  std::optional<LockInfo> force_release(std::string_view key) override {
+    std::optional<LockInfo> released;
+    {
+      Borrowed connection(*this);
+      Query query(*connection, kForceRelease, key);
+      query.bind(1, key);
+      query.one_row([&] { released = row_info(query, std::string(key), 0); });
+    }
+    if (released) board_->ring(key);
+    return released;
+  }
+
+  std::unique_ptr<backend::WakeChannel> wake_channel(std::string_view key, std::string_view) override {
+    return board_->channel(key);
+  }
+
+  void ping() override {
+    Borrowed connection(*this);
+    Query query(*connection, kPing);
+    query.one_row([] {});
+  }
+
+  std::size_t collect_idle() override {
+    Borrowed connection(*this);
+    Query query(*connection, kCollectIdle);
+    while (query.step()) {
+    }
+    return static_cast<std::size_t>(sqlite3_changes64(connection->db()));
+  }
+
+ private:
+  // A pooled connection for one call: taken from the idle stack (or opened), then returned,
+  // so the renewal thread never queues behind a user thread's statement.
+  class Borrowed {
+   public:
+    explicit Borrowed(SqliteBackend& backend) : backend_(backend) {
+      {
+        std::lock_guard lock(backend_.pool_mutex_);
+        if (!backend_.idle_.empty()) {
+          connection_ = std::move(backend_.idle_.back());
+          backend_.idle_.pop_back();
+        }
+      }
+      if (!connection_) connection_ = std::make_unique<Connection>(backend_.path_, backend_.busy_ms_);
+    }
+    ~Borrowed() {
+      // A connection left inside a transaction by an error is closed, which rolls it back.
+      if (!sqlite3_get_autocommit(connection_->db())) return;
+      std::lock_guard lock(backend_.pool_mutex_);
+      backend_.idle_.push_back(std::move(connection_));
+    }
+    Borrowed(const Borrowed&) = delete;
+    Borrowed& operator=(const Borrowed&) = delete;
+
+    Connection& operator*() const noexcept { return *connection_; }
+    Connection* operator->() const noexcept { return connection_.get(); }
+
+   private:
+    SqliteBackend& backend_;
+    std::unique_ptr<Connection> connection_;
+  };
+
+  // owner, token, hold_count and the µs left, from column `first` on.
+  static LockInfo row_info(const Query& query, std::string key, int first) {
+    return LockInfo{std::move(key), query.text(first), static_cast<std::uint64_t>(query.int64(first + 1)),
+                    static_cast<std::uint32_t>(query.int64(first + 2)), ceil_ms(query.int64(first + 3))};
+  }
+
+  // Creates the schema, checks its version and expires the leases of an earlier boot, all in
+  // one IMMEDIATE transaction so concurrent first opens serialize.
+  static void set_up(Connection& connection) {
+    {
+      Query wal(connection, "PRAGMA journal_mode = WAL");
+      std::string mode;
+      wal.one_row([&] { mode = wal.text(0); });
+      if (mode != "wal") {
+        throw ConfigurationError("cannot switch " + connection.path() + " to WAL mode (got '" + mode +
+                                     "'); keep the database on a local file system",
+                                 kName);
+      }
+    }
+    const std::string boot_id = read_boot_id();
+    connection.exec("BEGIN IMMEDIATE");
+    connection.exec(kSchema);
+    long long version = 0;
+    {
+      Query query(connection, "SELECT v FROM dlock_meta WHERE k = 'schema_version'");
+      query.one_row([&] { version = query.int64(0); });
+    }
+    if (version != kSchemaVersion) {
+      throw ConfigurationError(connection.path() + " has dlock schema version " + std::to_string(version) +
+                                   ", this build knows version " + std::to_string(kSchemaVersion) +
+                                   " (use the matching dlock, or a new file)",
+                               kName);
+    }
+    std::string stored;
+    {
+      Query query(connection, "SELECT v FROM dlock_meta WHERE k = 'boot_id'");
+      query.one_row([&] { stored = query.text(0); });
+    }
+    if (stored != boot_id) {
+      // CLOCK_BOOTTIME restarted, and every holder died with the old boot.
+      connection.exec("UPDATE dlock_locks SET owner = '', hold_count = 0, expires_at = 0 WHERE owner <> ''");
+      Query store(connection, "INSERT OR REPLACE INTO dlock_meta VALUES ('boot_id', ?1)");
+      store.bind(1, boot_id);
+      store.one_row([] {});
+    }
+    connection.exec("COMMIT");
+  }
+
+  std::string path_;
+  int busy_ms_;
+  std::shared_ptr<sqlite::WakeBoard> board_;
+  std::mutex pool_mutex_;
+  std::vector<std::unique_ptr<Connection>> idle_;
+};
+
+}  // namespace
+
+std::shared_ptr<backend::Backend> make_sqlite_backend(const core::Url& url) {
+  core::UrlOptions options(url);
+  const auto busy_timeout = options.take_duration("busy_timeout").value_or(kDefaultBusyTimeout);
+  options.finish();
+  if (busy_timeout > kMaxBusyTimeout) {
+    throw ConfigurationError("URL option busy_timeout must be at most 24h", kName);
+  }
+  if (!url.user.empty() || !url.password.empty() || url.port) {
+    throw ConfigurationError("sqlite:// takes a file path only, as in sqlite:///var/lib/dlock/locks.db; got " +
+                                 url.redacted(),
+                             kName);
+  }
+  const std::string path = url.host + url.path;
+  if (path.empty()) {
+    throw ConfigurationError(
+        "sqlite:// needs a database file path: sqlite:///abs/path/locks.db or sqlite://relative/locks.db", kName);
+  }
+  if (path.back() == '/' || path.find('\0') != std::string::npos) {
+    throw ConfigurationError("sqlite:// path '" + path + "' does not name a file: use sqlite:///path/to/locks.db",
+                             kName);
+  }
+  return std::make_shared<SqliteBackend>(path, static_cast<int>(busy_timeout.count()));
+}
+
+}  // namespace dlock::backends

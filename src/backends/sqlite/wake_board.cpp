@@ -1,1 +1,145 @@
-// placeholder: being written
+#include "backends/sqlite/wake_board.hpp"
+
+#include <fcntl.h>
+#include <linux/futex.h>
+#include <sys/mman.h>
+#include <sys/stat.h>
+#include <sys/syscall.h>
+#include <unistd.h>
+
+#include <atomic>
+#include <cerrno>
+#include <cstring>
+#include <ctime>
+#include <thread>
+
+#include "dlock/errors.hpp"
+
+namespace dlock::backends::sqlite {
+namespace {
+
+using SteadyClock = std::chrono::steady_clock;
+
+// Shared (not _PRIVATE) futex operations: waiters and wakers are different processes.
+long futex(std::uint32_t* word, int op, std::uint32_t value, const timespec* deadline,
+           std::uint32_t bitset) noexcept {
+  return ::syscall(SYS_futex, word, op, value, deadline, nullptr, bitset);
+}
+
+void wake_one(std::uint32_t* word, std::uint32_t bit) noexcept {
+  futex(word, FUTEX_WAKE_BITSET, 1, nullptr, bit);
+}
+
+// FUTEX_WAIT_BITSET takes an absolute CLOCK_MONOTONIC time, which is steady_clock's epoch.
+timespec to_timespec(SteadyClock::time_point deadline) noexcept {
+  const auto ns = std::chrono::duration_cast<std::chrono::nanoseconds>(deadline.time_since_epoch()).count();
+  if (ns <= 0) return timespec{0, 0};
+  return timespec{static_cast<std::time_t>(ns / 1'000'000'000), static_cast<long>(ns % 1'000'000'000)};
+}
+
+class BoardChannel final : public backend::WakeChannel {
+ public:
+  BoardChannel(std::shared_ptr<WakeBoard> board, std::uint32_t* word, std::uint32_t bit)
+      : board_(std::move(board)), word_(word), bit_(bit) {}
+
+  void arm() override { seen_ = std::atomic_ref<std::uint32_t>(*word_).load(std::memory_order_acquire); }
+
+  bool wait_until(SteadyClock::time_point deadline) override {
+    consumed_ = false;
+    const timespec until = to_timespec(deadline);
+    for (;;) {
+      if (futex(word_, FUTEX_WAIT_BITSET, seen_, &until, bit_) == 0) {
+        consumed_ = true;
+        return true;
+      }
+      switch (errno) {
+        case EINTR:
+          continue;
+        case EAGAIN:  // the slot moved since arm(): a ring we must not miss
+          return true;
+        case ETIMEDOUT:
+          return false;
+        default:
+          // The futex is unusable (a seccomp filter, say): sleep like a wake-up that never
+          // comes; the core's deadline is bounded by the holder's lease.
+          std::this_thread::sleep_until(deadline);
+          return false;
+      }
+    }
+  }
+
+  void abandon() noexcept override {
+    if (!consumed_) return;
+    consumed_ = false;
+    wake_one(word_, bit_);
+  }
+
+ private:
+  std::shared_ptr<WakeBoard> board_;  // keeps word_ mapped
+  std::uint32_t* word_;
+  std::uint32_t bit_;
+  std::uint32_t seen_ = 0;
+  bool consumed_ = false;  // the last wait took a real wake-up that a release meant for someone
+};
+
+[[noreturn]] void board_error(const std::string& path, const char* what, int err) {
+  throw ConfigurationError("cannot " + std::string(what) + " the wake-up file " + path + " next to the database: " +
+                               std::strerror(err) + " (choose a writable directory: sqlite:///path/to/locks.db)",
+                           "sqlite");
+}
+
+}  // namespace
+
+WakeBoard::Spot WakeBoard::locate(std::string_view key) noexcept {
+  // FNV-1a 64, then the murmur3 finalizer so that slot and bit come from well-mixed,
+  // independent bits (raw FNV-1a mixes its low bits poorly). Stable across builds and hosts.
+  std::uint64_t h = 14695981039346656037ull;
+  for (const unsigned char c : key) {
+    h ^= c;
+    h *= 1099511628211ull;
+  }
+  h ^= h >> 33;
+  h *= 0xff51afd7ed558ccdull;
+  h ^= h >> 33;
+  h *= 0xc4ceb9fe1a85ec53ull;
+  h ^= h >> 33;
+  return Spot{static_cast<std::size_t>(h % kSlots), std::uint32_t{1} << ((h >> 16) % 32)};
+}
+
+std::shared_ptr<WakeBoard> WakeBoard::open(const std::string& path, unsigned create_mode) {
+  const int fd = ::open(path.c_str(), O_RDWR | O_CREAT | O_CLOEXEC | O_NOFOLLOW, create_mode);
+  if (fd < 0) board_error(path, "open", errno);
+  struct Closer {
+    int fd;
+    ~Closer() { ::close(fd); }
+  } closer{fd};  // the mapping outlives the descriptor
+  struct stat st {};
+  if (::fstat(fd, &st) != 0) board_error(path, "inspect", errno);
+  if (!S_ISREG(st.st_mode)) board_error(path, "use", EINVAL);
+  if (st.st_size < static_cast<off_t>(kBytes)) {
+    // Like SQLite's -wal and -shm files: whoever may use the database may use the board,
+    // whatever this process's umask. Best effort: another user's fresh file stays as it is.
+    if (st.st_size == 0 && (st.st_mode & 07777) != create_mode) (void)::fchmod(fd, create_mode);
+    // Growing to the same size concurrently is harmless; the board never shrinks.
+    if (::ftruncate(fd, static_cast<off_t>(kBytes)) != 0) board_error(path, "size", errno);
+  }
+  void* mapped = ::mmap(nullptr, kBytes, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
+  if (mapped == MAP_FAILED) board_error(path, "map", errno);
+  return std::shared_ptr<WakeBoard>(new WakeBoard(static_cast<std::uint32_t*>(mapped)));
+}
+
+WakeBoard::~WakeBoard() { ::munmap(words_, kBytes); }
+
+void WakeBoard::ring(std::string_view key) noexcept {
+  const Spot spot = locate(key);
+  std::uint32_t* word = words_ + spot.slot;
+  std::atomic_ref<std::uint32_t>(*word).fetch_add(1, std::memory_order_release);
+  wake_one(word, spot.bit);
+}
+
+std::unique_ptr<backend::WakeChannel> WakeBoard::channel(std::string_view key) {
+  const Spot spot = locate(key);
+  return std::make_unique<BoardChannel>(shared_from_this(), words_ + spot.slot, spot.bit);
+}
+
+}  // namespace dlock::backends::sqlite
