@@ -13,7 +13,7 @@ namespace dlock {
 // Keys are 1..kMaxKeyBytes bytes of valid UTF-8 without control characters (no NUL, no
 // newline). A backend may accept fewer bytes (Backend::max_key_bytes); the error says so.
 inline constexpr std::size_t kMaxKeyBytes = 1024;
-// Owners are 1..kMaxOwnerBytes bytes of printable ASCII.
+// Owners are 1..kMaxOwnerBytes bytes of printable ASCII without spaces.
 inline constexpr std::size_t kMaxOwnerBytes = 128;
 
 // A held lock as the backend sees it. ttl_left is measured by the backend's clock at the

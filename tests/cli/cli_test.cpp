@@ -1,1 +1,504 @@
-// placeholder: being written
+// The real dlock binary, driven as a user would: each test spawns it with a fresh sqlite://
+// database in a temporary directory and checks exit codes, output and the processes it runs.
+
+#include <fcntl.h>
+#include <gtest/gtest.h>
+#include <poll.h>
+#include <signal.h>
+#include <spawn.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <chrono>
+#include <cstdlib>
+#include <cstring>
+#include <filesystem>
+#include <fstream>
+#include <memory>
+#include <nlohmann/json.hpp>
+#include <sstream>
+#include <string>
+#include <string_view>
+#include <thread>
+#include <vector>
+
+extern char** environ;
+
+namespace {
+
+using namespace std::chrono_literals;
+using nlohmann::json;
+using Clock = std::chrono::steady_clock;
+using std::chrono::milliseconds;
+
+constexpr const char* kDlock = DLOCK_BINARY;
+
+struct Result {
+  int exit_code = -1;  // 128+N when killed by signal N, as a shell reports it
+  std::string out;
+  std::string err;
+  milliseconds elapsed{0};
+};
+
+std::string describe(const std::vector<std::string>& argv) {
+  std::string text;
+  for (const auto& arg : argv) text += (text.empty() ? "" : " ") + arg;
+  return text;
+}
+
+// A spawned program whose stdout and stderr are captured through pipes.
+class Process {
+ public:
+  Process(const std::vector<std::string>& argv, const std::vector<std::string>& env)
+      : command_(describe(argv)), start_(Clock::now()) {
+    int out[2];
+    int err[2];
+    if (::pipe2(out, O_CLOEXEC) != 0 || ::pipe2(err, O_CLOEXEC) != 0)
+      throw std::runtime_error("pipe2 failed");
+    posix_spawn_file_actions_t actions;
+    posix_spawn_file_actions_init(&actions);
+    posix_spawn_file_actions_addopen(&actions, STDIN_FILENO, "/dev/null", O_RDONLY, 0);
+    posix_spawn_file_actions_adddup2(&actions, out[1], STDOUT_FILENO);
+    posix_spawn_file_actions_adddup2(&actions, err[1], STDERR_FILENO);
+    // A test runner started in the background may have SIGINT ignored; dlock must not inherit that.
+    posix_spawnattr_t attr;
+    posix_spawnattr_init(&attr);
+    sigset_t defaults;
+    sigemptyset(&defaults);
+    for (int signo : {SIGINT, SIGTERM, SIGHUP, SIGQUIT, SIGCHLD, SIGPIPE}) sigaddset(&defaults, signo);
+    sigset_t empty;
+    sigemptyset(&empty);
+    posix_spawnattr_setsigdefault(&attr, &defaults);
+    posix_spawnattr_setsigmask(&attr, &empty);
+    posix_spawnattr_setflags(&attr, POSIX_SPAWN_SETSIGDEF | POSIX_SPAWN_SETSIGMASK);
+    std::vector<char*> args;
+    for (const auto& arg : argv) args.push_back(const_cast<char*>(arg.c_str()));
+    args.push_back(nullptr);
+    std::vector<char*> envp;
+    for (const auto& var : env) envp.push_back(const_cast<char*>(var.c_str()));
+    envp.push_back(nullptr);
+    const int rc = ::posix_spawn(&pid_, args[0], &actions, &attr, args.data(), envp.data());
+    posix_spawn_file_actions_destroy(&actions);
+    posix_spawnattr_destroy(&attr);
+    ::close(out[1]);
+    ::close(err[1]);
+    out_fd_ = out[0];
+    err_fd_ = err[0];
+    if (rc != 0) throw std::runtime_error("posix_spawn " + command_ + " failed: " + std::strerror(rc));
+  }
+  Process(const Process&) = delete;
+  Process& operator=(const Process&) = delete;
+  ~Process() {
+    if (!reaped_ && pid_ > 0) {
+      ::kill(pid_, SIGKILL);
+      ::waitpid(pid_, nullptr, 0);
+    }
+    if (out_fd_ >= 0) ::close(out_fd_);
+    if (err_fd_ >= 0) ::close(err_fd_);
+  }
+
+  pid_t pid() const { return pid_; }
+  void signal(int signo) const { ::kill(pid_, signo); }
+
+  // Waits for the exit, collecting output. After `timeout` the process is killed and the
+  // test fails. Output still held open by processes it left behind is not waited for.
+  Result wait(milliseconds timeout = 10s) {
+    const auto deadline = Clock::now() + timeout;
+    int status = 0;
+    for (;;) {
+      drain(20);
+      const pid_t done = ::waitpid(pid_, &status, WNOHANG);
+      if (done == pid_) break;
+      if (Clock::now() >= deadline) {
+        ADD_FAILURE() << command_ << " still running after " << timeout.count() << " ms; killing it";
+        ::kill(pid_, SIGKILL);
+        ::waitpid(pid_, &status, 0);
+        break;
+      }
+    }
+    reaped_ = true;
+    result_.elapsed = std::chrono::duration_cast<milliseconds>(Clock::now() - start_);
+    drain(0);
+    result_.exit_code = WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status);
+    return result_;
+  }
+
+ private:
+  // Reads what the pipes hold, waiting up to `timeout_ms` for it.
+  void drain(int timeout_ms) {
+    for (;;) {
+      std::vector<pollfd> fds;
+      for (int fd : {out_fd_, err_fd_}) {
+        if (fd >= 0) fds.push_back({fd, POLLIN, 0});
+      }
+      if (fds.empty()) {
+        std::this_thread::sleep_for(milliseconds(timeout_ms));
+        return;
+      }
+      if (::poll(fds.data(), fds.size(), timeout_ms) <= 0) return;
+      for (const auto& ready : fds) {
+        if (ready.revents == 0) continue;
+        int& fd = ready.fd == out_fd_ ? out_fd_ : err_fd_;
+        char buffer[4096];
+        const ssize_t n = ::read(fd, buffer, sizeof buffer);
+        if (n > 0) {
+          (&fd == &out_fd_ ? result_.out : result_.err).append(buffer, static_cast<std::size_t>(n));
+        } else {
+          ::close(fd);
+          fd = -1;
+        }
+      }
+      timeout_ms = 0;
+    }
+  }
+
+  std::string command_;
+  Clock::time_point start_;
+  pid_t pid_ = -1;
+  int out_fd_ = -1;
+  int err_fd_ = -1;
+  bool reaped_ = false;
+  Result result_;
+};
+
+// True once `pid` has exited. Zombies count as dead: the container's init may never reap the
+// orphans of a killed dlock.
+bool is_dead(pid_t pid) {
+  std::ifstream stat("/proc/" + std::to_string(pid) + "/stat");
+  std::string line;
+  if (!std::getline(stat, line)) return true;
+  const auto paren = line.rfind(')');
+  return paren == std::string::npos || paren + 2 >= line.size() || line[paren + 2] == 'Z' ||
+         line[paren + 2] == 'X';
+}
+
+bool dies_within(pid_t pid, milliseconds timeout) {
+  const auto deadline = Clock::now() + timeout;
+  while (!is_dead(pid)) {
+    if (Clock::now() >= deadline) return false;
+    std::this_thread::sleep_for(10ms);
+  }
+  return true;
+}
+
+bool contains(const std::string& text, const std::string& part) {
+  return text.find(part) != std::string::npos;
+}
+
+class CliTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    std::string pattern = (std::filesystem::temp_directory_path() / "dlock-cli-XXXXXX").string();
+    ASSERT_NE(::mkdtemp(pattern.data()), nullptr);
+    dir_ = pattern;
+    url_ = "sqlite://" + dir_ + "/locks.db";
+  }
+  void TearDown() override { std::filesystem::remove_all(dir_); }
+
+  // The test's environment with DLOCK_URL naming this test's database.
+  std::vector<std::string> env(const std::string& url) const {
+    std::vector<std::string> vars;
+    for (char** entry = environ; *entry != nullptr; ++entry) {
+      if (!std::string_view(*entry).starts_with("DLOCK_")) vars.emplace_back(*entry);
+    }
+    vars.push_back("DLOCK_URL=" + url);
+    return vars;
+  }
+
+  std::unique_ptr<Process> start(std::vector<std::string> args, const std::string& url = {}) const {
+    args.insert(args.begin(), kDlock);
+    return std::make_unique<Process>(args, env(url.empty() ? url_ : url));
+  }
+  Result dlock(std::vector<std::string> args, milliseconds timeout = 10s) const {
+    return start(std::move(args))->wait(timeout);
+  }
+
+  std::string path(const std::string& name) const { return dir_ + "/" + name; }
+  std::string read(const std::string& name) const {
+    std::ifstream in(path(name));
+    std::stringstream text;
+    text << in.rdbuf();
+    return text.str();
+  }
+  bool exists(const std::string& name) const { return std::filesystem::exists(path(name)); }
+
+  // Waits until a command has written a line to `name` (its pid, usually) and returns it.
+  std::string wait_for_line(const std::string& name, milliseconds timeout = 5s) const {
+    const auto deadline = Clock::now() + timeout;
+    for (;;) {
+      const std::string text = read(name);
+      if (!text.empty() && text.back() == '\n') return text.substr(0, text.size() - 1);
+      if (Clock::now() >= deadline) {
+        ADD_FAILURE() << "nothing was written to " << name;
+        return {};
+      }
+      std::this_thread::sleep_for(5ms);
+    }
+  }
+  pid_t wait_for_pid(const std::string& name) const {
+    const std::string text = wait_for_line(name);
+    return text.empty() ? -1 : static_cast<pid_t>(std::stol(text));
+  }
+
+  std::string dir_;
+  std::string url_;
+};
+
+TEST_F(CliTest, RunExitsWithTheCommandsStatus) {
+  EXPECT_EQ(dlock({"run", "k", "--", "/bin/sh", "-c", "exit 7"}).exit_code, 7);
+  EXPECT_EQ(dlock({"run", "k", "--", "true"}).exit_code, 0);
+  EXPECT_EQ(dlock({"run", "k", "--", "/bin/sh", "-c", "kill -KILL $$"}).exit_code, 128 + SIGKILL);
+  EXPECT_EQ(dlock({"run", "k", "/bin/sh", "-c", "exit 3"}).exit_code, 3) << "the -- is optional";
+  const Result status = dlock({"status", "k"});
+  EXPECT_EQ(status.exit_code, 0);
+  EXPECT_EQ(status.out, "k: free\n") << "run releases the lock when the command exits";
+}
+
+TEST_F(CliTest, RunExportsTheLockToTheCommand) {
+  const std::string script = "echo \"$DLOCK_KEY\"; echo \"$DLOCK_OWNER\"; echo \"$DLOCK_FENCING_TOKEN\"; " +
+                             std::string(kDlock) + " --json status \"$DLOCK_KEY\"";
+  const Result first = dlock({"run", "jobs/a", "--", "/bin/sh", "-c", script});
+  ASSERT_EQ(first.exit_code, 0) << first.err;
+  std::istringstream lines(first.out);
+  std::string key, owner, token, status_line;
+  std::getline(lines, key);
+  std::getline(lines, owner);
+  std::getline(lines, token);
+  std::getline(lines, status_line);
+  EXPECT_EQ(key, "jobs/a");
+  const json status = json::parse(status_line);
+  EXPECT_TRUE(status["held"].get<bool>());
+  EXPECT_EQ(status["owner"], owner) << "DLOCK_OWNER is the holder the backend reports";
+  EXPECT_EQ(status["token"].get<std::uint64_t>(), std::stoull(token));
+
+  const Result second = dlock({"run", "jobs/a", "--", "/bin/sh", "-c", "echo $DLOCK_FENCING_TOKEN"});
+  ASSERT_EQ(second.exit_code, 0) << second.err;
+  EXPECT_GT(std::stoull(second.out), std::stoull(token)) << "each run is a new acquisition";
+}
+
+TEST_F(CliTest, SecondRunWaitsForTheFirst) {
+  auto first = start({"run", "k", "--", "/bin/sh", "-c",
+                      "echo started > " + path("first") + "; sleep 0.7; echo A >> " + path("log")});
+  wait_for_line("first");
+  const Result second = dlock({"run", "k", "--", "/bin/sh", "-c", "echo B >> " + path("log")});
+  EXPECT_EQ(second.exit_code, 0) << second.err;
+  EXPECT_GE(second.elapsed, 300ms) << "the second run did not wait";
+  EXPECT_EQ(first->wait().exit_code, 0);
+  EXPECT_EQ(read("log"), "A\nB\n");
+}
+
+TEST_F(CliTest, NoWaitExitsWithTheConflictCode) {
+  ASSERT_EQ(dlock({"acquire", "--owner", "someone-else", "k"}).exit_code, 0);
+  const Result busy = dlock({"run", "--no-wait", "k", "--", "touch", path("ran")});
+  EXPECT_EQ(busy.exit_code, 1);
+  EXPECT_TRUE(contains(busy.err, "dlock: 'k' is busy: held by someone-else")) << busy.err;
+  EXPECT_EQ(dlock({"run", "-n", "-E", "3", "k", "--", "touch", path("ran")}).exit_code, 3);
+  EXPECT_EQ(
+      dlock({"run", "--no-wait", "--conflict-exit-code", "0", "k", "--", "touch", path("ran")}).exit_code, 0);
+  EXPECT_FALSE(exists("ran")) << "the command ran without the lock";
+}
+
+TEST_F(CliTest, BoundedWaitGivesUpInTime) {
+  ASSERT_EQ(dlock({"acquire", "--owner", "someone-else", "k"}).exit_code, 0);
+  const Result late = dlock({"run", "--wait", "300ms", "k", "--", "touch", path("ran")});
+  EXPECT_EQ(late.exit_code, 1);
+  EXPECT_GE(late.elapsed, 300ms);
+  EXPECT_LT(late.elapsed, 3s);
+  EXPECT_TRUE(contains(late.err, "after waiting 300ms")) << late.err;
+  EXPECT_FALSE(exists("ran"));
+}
+
+TEST_F(CliTest, LostLockStopsTheCommand) {
+  auto run = start(
+      {"run", "--ttl", "600ms", "k", "--", "/bin/sh", "-c", "echo $$ > " + path("pid") + "; exec sleep 30"});
+  const pid_t command = wait_for_pid("pid");
+  const Result freed = dlock({"force-release", "k"});
+  ASSERT_EQ(freed.exit_code, 0) << freed.err;
+  EXPECT_TRUE(contains(freed.out, "force-released 'k'")) << freed.out;
+  const auto released_at = Clock::now();
+  const Result result = run->wait(5s);
+  EXPECT_EQ(result.exit_code, 75);
+  EXPECT_LT(Clock::now() - released_at, 3s) << "renewal at ~200 ms should notice the loss";
+  EXPECT_TRUE(contains(result.err, "lost the lock 'k'")) << result.err;
+  EXPECT_TRUE(contains(result.err, "SIGTERM")) << result.err;
+  EXPECT_TRUE(is_dead(command));
+}
+
+TEST_F(CliTest, LostLockKillsACommandThatIgnoresSigterm) {
+  auto run =
+      start({"run", "--ttl", "600ms", "--kill-after", "300ms", "--lost-exit-code", "9", "k", "--", "/bin/sh",
+             "-c", "trap '' TERM; echo $$ > " + path("pid") + "; while :; do sleep 0.1; done"});
+  const pid_t command = wait_for_pid("pid");
+  ASSERT_EQ(dlock({"force-release", "k"}).exit_code, 0);
+  const Result result = run->wait(5s);
+  EXPECT_EQ(result.exit_code, 9);
+  EXPECT_TRUE(is_dead(command));
+}
+
+TEST_F(CliTest, KillingDlockKillsTheCommandAndItsChildren) {
+  auto run =
+      start({"run", "k", "--", "/bin/sh", "-c",
+             "sleep 30 & echo $! > " + path("grandchild") + "; echo $$ > " + path("child") + "; wait"});
+  const pid_t grandchild = wait_for_pid("grandchild");
+  const pid_t child = wait_for_pid("child");
+  run->signal(SIGKILL);
+  EXPECT_EQ(run->wait().exit_code, 128 + SIGKILL);
+  EXPECT_TRUE(dies_within(child, 3s)) << "the command outlived dlock";
+  EXPECT_TRUE(dies_within(grandchild, 3s)) << "the command's child outlived dlock";
+}
+
+TEST_F(CliTest, SigtermIsForwardedToTheCommand) {
+  auto run = start({"run", "k", "--", "/bin/sh", "-c",
+                    "trap 'exit 42' TERM; echo $$ > " + path("pid") + "; while :; do sleep 0.05; done"});
+  wait_for_pid("pid");
+  run->signal(SIGTERM);
+  EXPECT_EQ(run->wait().exit_code, 42);
+  EXPECT_EQ(dlock({"status", "k"}).out, "k: free\n");
+}
+
+TEST_F(CliTest, CommandNotFound) {
+  const Result result = dlock({"run", "k", "--", "no-such-command-here"});
+  EXPECT_EQ(result.exit_code, 127);
+  EXPECT_TRUE(contains(result.err, "dlock: no-such-command-here: command not found")) << result.err;
+  EXPECT_EQ(dlock({"run", "k", "--", "/dev/null"}).exit_code, 126);
+}
+
+TEST_F(CliTest, AcquireReleaseStatusListForceRelease) {
+  const Result plain = dlock({"acquire", "--owner", "deploy-17", "--ttl", "30s", "deploy"});
+  ASSERT_EQ(plain.exit_code, 0) << plain.err;
+  const std::uint64_t token = std::stoull(plain.out);
+  EXPECT_EQ(plain.out, std::to_string(token) + "\n") << "just the token, for T=$(dlock acquire ...)";
+
+  const Result again = dlock({"acquire", "--json", "--owner", "deploy-17", "deploy"});
+  ASSERT_EQ(again.exit_code, 0) << again.err;
+  const json reentry = json::parse(again.out);
+  EXPECT_EQ(reentry["key"], "deploy");
+  EXPECT_EQ(reentry["owner"], "deploy-17");
+  EXPECT_EQ(reentry["token"].get<std::uint64_t>(), token);
+  EXPECT_EQ(reentry["hold_count"], 2);
+  EXPECT_EQ(reentry["ttl_ms"], 30000);
+
+  const json status = json::parse(dlock({"--json", "status", "deploy"}).out);
+  EXPECT_TRUE(status["held"].get<bool>());
+  EXPECT_EQ(status["owner"], "deploy-17");
+  EXPECT_EQ(status["hold_count"], 2);
+  EXPECT_GT(status["ttl_left_ms"].get<long long>(), 0);
+  EXPECT_LE(status["ttl_left_ms"].get<long long>(), 30000);
+  EXPECT_TRUE(contains(dlock({"status", "deploy"}).out, "deploy: held by deploy-17 (token"));
+
+  const Result busy = dlock({"--json", "acquire", "--no-wait", "--owner", "other", "deploy"});
+  EXPECT_EQ(busy.exit_code, 1);
+  const json conflict = json::parse(busy.out);
+  EXPECT_FALSE(conflict["acquired"].get<bool>());
+  EXPECT_EQ(conflict["holder"]["owner"], "deploy-17");
+
+  ASSERT_EQ(dlock({"acquire", "--owner", "x", "other/key"}).exit_code, 0);
+  const json all = json::parse(dlock({"--json", "list"}).out);
+  ASSERT_EQ(all["locks"].size(), 2u);
+  EXPECT_EQ(all["locks"][0]["key"], "deploy");
+  EXPECT_EQ(all["locks"][1]["key"], "other/key");
+  const json page = json::parse(dlock({"--json", "list", "--limit", "1"}).out);
+  ASSERT_EQ(page["locks"].size(), 1u);
+  EXPECT_EQ(page["next_after"], "deploy");
+  const json rest = json::parse(dlock({"--json", "list", "--after", "deploy"}).out);
+  ASSERT_EQ(rest["locks"].size(), 1u);
+  EXPECT_EQ(rest["locks"][0]["key"], "other/key");
+  const json prefixed = json::parse(dlock({"list", "--prefix", "other/", "--json"}).out);
+  ASSERT_EQ(prefixed["locks"].size(), 1u);
+  const Result table = dlock({"list"});
+  EXPECT_TRUE(contains(table.out, "KEY")) << table.out;
+  EXPECT_TRUE(contains(table.out, "deploy-17")) << table.out;
+
+  const Result one = dlock({"release", "--json", "--owner", "deploy-17", "deploy"});
+  ASSERT_EQ(one.exit_code, 0) << one.err;
+  EXPECT_EQ(json::parse(one.out)["holds_left"], 1);
+  const Result last = dlock({"release", "--owner", "deploy-17", "--token", std::to_string(token), "deploy"});
+  EXPECT_EQ(last.exit_code, 0) << last.err;
+  EXPECT_EQ(dlock({"status", "deploy"}).out, "deploy: free\n");
+  const Result not_held = dlock({"release", "--owner", "deploy-17", "deploy"});
+  EXPECT_EQ(not_held.exit_code, 1);
+  EXPECT_TRUE(contains(not_held.err, "not held by owner deploy-17")) << not_held.err;
+
+  const Result retaken = dlock({"acquire", "--owner", "deploy-18", "deploy"});
+  ASSERT_EQ(retaken.exit_code, 0);
+  EXPECT_GT(std::stoull(retaken.out), token) << "fencing tokens only grow";
+  const Result freed = dlock({"--json", "force-release", "deploy"});
+  ASSERT_EQ(freed.exit_code, 0) << freed.err;
+  const json forced = json::parse(freed.out);
+  EXPECT_TRUE(forced["released"].get<bool>());
+  EXPECT_EQ(forced["holder"]["owner"], "deploy-18");
+  EXPECT_FALSE(json::parse(dlock({"status", "--json", "deploy"}).out)["held"].get<bool>());
+  const Result stale = dlock({"release", "--owner", "deploy-18", "--token",
+                              retaken.out.substr(0, retaken.out.size() - 1), "deploy"});
+  EXPECT_EQ(stale.exit_code, 1);
+  EXPECT_TRUE(contains(dlock({"force-release", "deploy"}).out, "was not held"))
+      << "force-release is idempotent";
+}
+
+TEST_F(CliTest, ReleaseByAnotherOwnerIsRefused) {
+  ASSERT_EQ(dlock({"acquire", "--owner", "alice", "k"}).exit_code, 0);
+  const Result result = dlock({"release", "--owner", "bob", "k"});
+  EXPECT_EQ(result.exit_code, 1);
+  EXPECT_TRUE(contains(result.err, "'k' is not held by owner bob: it is held by alice")) << result.err;
+  EXPECT_TRUE(json::parse(dlock({"--json", "status", "k"}).out)["held"].get<bool>());
+}
+
+TEST_F(CliTest, GlobalOptionsWorkAfterTheSubcommandAndUrlBeatsTheEnvironment) {
+  ASSERT_EQ(dlock({"acquire", "--owner", "o", "k"}).exit_code, 0);
+  const Result result = start({"status", "k", "--url", url_, "--json"}, "bogus-url-from-environment")->wait();
+  ASSERT_EQ(result.exit_code, 0) << result.err;
+  EXPECT_EQ(json::parse(result.out)["owner"], "o");
+  const Result from_env = start({"status", "k"}, "bogus-url-from-environment")->wait();
+  EXPECT_EQ(from_env.exit_code, 69);
+  EXPECT_TRUE(contains(from_env.err, "bogus-url-from-environment")) << from_env.err;
+}
+
+TEST_F(CliTest, BadInputNamesTheProblem) {
+  struct Case {
+    std::vector<std::string> args;
+    int exit_code;
+    std::string message;
+  };
+  const std::vector<Case> cases = {
+      {{"run", "--ttl", "5x", "k", "--", "true"}, 64, "--ttl: invalid duration '5x'"},
+      {{"run", "--wait", "soon", "k", "--", "true"}, 64, "invalid duration 'soon'"},
+      {{"run", "--ttl", "0s", "k", "--", "true"}, 64, "TTL must be positive"},
+      {{"run", "--wait", "1s", "--no-wait", "k", "--", "true"}, 64, "excludes"},
+      {{"run", "-E", "300", "k", "--", "true"}, 64, "--conflict-exit-code: Value 300 not in range"},
+      {{"run"}, 64, "KEY is required"},
+      {{"run", "k"}, 64, "COMMAND is required"},
+      {{"run", "k", "--"}, 64, "a command to run is required"},
+      {{"status"}, 64, "KEY is required"},
+      {{"status", ""}, 64, "key is empty"},
+      {{"acquire", "k"}, 64, "--owner is required"},
+      {{"acquire", "--owner", "bad\towner", "k"}, 64, "owner"},
+      {{"release", "--owner", "o", "--token", "abc", "k"}, 64, "--token"},
+      {{"list", "--limit", "0"}, 64, "--limit"},
+      {{}, 64, "subcommand is required"},
+      {{"frob"}, 64, "unknown subcommand 'frob'"},
+      {{"status", "--frob", "k"}, 64, "--frob"},
+      {{"--url", "bogus", "status", "k"}, 69, "invalid URL 'bogus'"},
+      {{"--url", "nosuch://user:hunter2@host/x", "status", "k"}, 69, "unknown backend 'nosuch://'"},
+  };
+  for (const auto& c : cases) {
+    const Result result = dlock(c.args);
+    EXPECT_EQ(result.exit_code, c.exit_code) << describe(c.args) << "\n" << result.err;
+    EXPECT_TRUE(result.err.starts_with("dlock: ")) << describe(c.args) << "\n" << result.err;
+    EXPECT_TRUE(contains(result.err, c.message)) << describe(c.args) << "\n" << result.err;
+    EXPECT_FALSE(contains(result.err, "hunter2")) << "a password was printed";
+  }
+}
+
+TEST_F(CliTest, HelpOnEverySubcommand) {
+  for (const std::string command :
+       {"", "run", "acquire", "release", "status", "list", "force-release", "bench"}) {
+    std::vector<std::string> args;
+    if (!command.empty()) args.push_back(command);
+    args.push_back("--help");
+    const Result result = dlock(args);
+    EXPECT_EQ(result.exit_code, 0) << command << "\n" << result.err;
+    EXPECT_TRUE(contains(result.out, "Usage: dlock" + (command.empty() ? "" : " " + command))) << result.out;
+  }
+}
+
+}  // namespace

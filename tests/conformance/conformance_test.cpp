@@ -1,1 +1,984 @@
-// placeholder: being written
+// The conformance suite: the semantics every backend provides (PRODUCT.md, "Semantics every
+// backend provides"), checked the same way on every backend. Built-in backends run always;
+// real servers run when named in DLOCK_TEST_URLS (see support/backend_params.hpp).
+//
+// Test names read Backends/Conformance.<Case>/<backend>; run one backend with
+// --gtest_filter='*/sqlite'. Multi-process cases run conformance_worker and are skipped on
+// backends whose locks live in one process (local://).
+
+#include <signal.h>
+
+#include <algorithm>
+#include <atomic>
+#include <future>
+#include <mutex>
+#include <sstream>
+#include <stop_token>
+#include <thread>
+#include <vector>
+
+#include "conformance/conformance_fixture.hpp"
+#include "support/child_process.hpp"
+
+using namespace std::chrono_literals;
+
+namespace dlock::test {
+namespace {
+
+class Conformance : public BackendTest {};
+
+#define DLOCK_SKIP_UNLESS_MULTI_PROCESS()                                                    \
+  do {                                                                                       \
+    if (!spans_processes()) GTEST_SKIP() << GetParam().name << " locks live in one process"; \
+  } while (0)
+
+// Waits for a worker's ready file; empty when it did not appear in time or the worker died.
+std::string wait_for_ready(ChildProcess& worker, const std::string& path, std::chrono::milliseconds timeout) {
+  std::string text;
+  eventually(
+      [&] {
+        if (auto content = read_file(path)) {
+          text = *content;
+          return true;
+        }
+        return worker.wait_for(0ms).has_value();
+      },
+      timeout);
+  return text;
+}
+
+// ---- Mutual exclusion ----
+
+// A read-sleep-write of a shared counter inside the lock loses no update, and every
+// acquisition's fencing token is above the one before it.
+TEST_P(Conformance, MutualExclusionThreads) {
+  constexpr int kThreads = 8;
+  constexpr int kIterations = 40;
+  const std::string k = key();
+  Client shared_client = open();
+  std::atomic<int> counter{0};
+  std::atomic<int> inside{0};
+  std::atomic<int> most_inside{0};
+  std::mutex token_mutex;
+  std::uint64_t last_token = 0;
+  int token_regressions = 0;
+  std::vector<std::thread> threads;
+  threads.reserve(kThreads);
+  for (int t = 0; t < kThreads; ++t) {
+    threads.emplace_back([&, t] {
+      try {
+        // Half the threads share one client (each thread is its own owner), half have their own.
+        Client client = t % 2 == 0 ? shared_client : open();
+        Mutex mutex = client.mutex(k);
+        for (int i = 0; i < kIterations; ++i) {
+          std::lock_guard guard(mutex);
+          const int now_inside = ++inside;
+          int seen = most_inside.load();
+          while (now_inside > seen && !most_inside.compare_exchange_weak(seen, now_inside)) {
+          }
+          {
+            std::lock_guard lock(token_mutex);
+            const std::uint64_t token = mutex.lease()->token();
+            if (token <= last_token) ++token_regressions;
+            last_token = token;
+          }
+          const int value = counter.load(std::memory_order_relaxed);
+          std::this_thread::sleep_for(200us);
+          counter.store(value + 1, std::memory_order_relaxed);
+          --inside;
+        }
+      } catch (const std::exception& e) {
+        ADD_FAILURE() << "thread " << t << ": " << e.what();
+      }
+    });
+  }
+  for (auto& thread : threads) thread.join();
+  EXPECT_EQ(counter.load(), kThreads * kIterations) << "updates were lost: two holders at once";
+  EXPECT_EQ(most_inside.load(), 1) << "threads were inside the critical section together";
+  EXPECT_EQ(token_regressions, 0) << "a later acquisition got a fencing token not above the one before";
+  EXPECT_FALSE(shared_client.inspect(k)) << "the key is still held after every thread unlocked";
+}
+
+TEST_P(Conformance, MutualExclusionProcesses) {
+  DLOCK_SKIP_UNLESS_MULTI_PROCESS();
+  constexpr int kWorkers = 4;
+  constexpr int kIterations = 40;
+  const std::string counter_file = (temp_dir() / "counter").string();
+  write_file_atomically(counter_file, "0 0\n");
+  std::vector<ChildProcess> workers;
+  workers.reserve(kWorkers);
+  for (int i = 0; i < kWorkers; ++i) {
+    workers.emplace_back(std::vector<std::string>{DLOCK_CONFORMANCE_WORKER, "counter", url(), key(),
+                                                  std::to_string(kIterations), counter_file});
+  }
+  for (auto& worker : workers) {
+    const auto status = worker.wait_for(90s);
+    ASSERT_TRUE(status) << "worker " << worker.pid() << " did not finish in 90 s";
+    EXPECT_EQ(*status, 0)
+        << "worker " << worker.pid()
+        << " failed (3: fencing token went backwards, 4: I/O, 5: dlock error; see its stderr)";
+  }
+  const auto text = read_file(counter_file);
+  ASSERT_TRUE(text);
+  std::istringstream in(*text);
+  long long count = -1;
+  in >> count;
+  EXPECT_EQ(count, kWorkers * kIterations) << "updates were lost: two processes held the lock at once";
+  EXPECT_FALSE(open().inspect(key())) << "the key is still held after every worker exited";
+}
+
+// ---- Reentrancy and owners ----
+
+TEST_P(Conformance, Reentrancy) {
+  Client client = open();
+  Client other = open();
+  const std::string k = key();
+  Mutex mutex = client.mutex(k);
+
+  mutex.lock();
+  ASSERT_NE(mutex.lease(), nullptr);
+  const std::uint64_t token = mutex.lease()->token();
+  EXPECT_EQ(mutex.lease()->hold_count(), 1u);
+
+  mutex.lock();  // same thread: re-entry, not a deadlock
+  ASSERT_NE(mutex.lease(), nullptr);
+  EXPECT_EQ(mutex.lease()->token(), token) << "a re-entry must keep the fencing token";
+  EXPECT_EQ(mutex.lease()->hold_count(), 2u);
+  auto info = other.inspect(k);
+  ASSERT_TRUE(info);
+  EXPECT_EQ(info->hold_count, 2u);
+  EXPECT_EQ(info->token, token);
+
+  mutex.unlock();  // one hold left: still ours
+  EXPECT_FALSE(other.try_acquire(k)) << "one unlock of two holds freed the key";
+  info = other.inspect(k);
+  ASSERT_TRUE(info);
+  EXPECT_EQ(info->hold_count, 1u);
+  ASSERT_NE(mutex.lease(), nullptr);
+  EXPECT_EQ(mutex.lease()->token(), token);
+
+  mutex.unlock();  // the last hold
+  EXPECT_EQ(mutex.lease(), nullptr);
+  EXPECT_FALSE(other.inspect(k));
+  auto taken = other.try_acquire(k);
+  ASSERT_TRUE(taken) << "the key is not free after the last unlock";
+  EXPECT_GT(taken.lease().token(), token);
+}
+
+// Re-entry extends the lease to the TTL from now, in the backend (not only on this side).
+TEST_P(Conformance, ReentryExtendsTheLease) {
+  Client client = open();
+  const std::string k = key();
+  const LockOptions options{.ttl = 2s};
+  Lease first = client.acquire(k, options);
+  const auto first_until = first.valid_until();
+  std::this_thread::sleep_for(600ms);
+  Lease second = client.acquire(k, options);
+  EXPECT_EQ(second.token(), first.token());
+  EXPECT_EQ(second.hold_count(), 2u);
+  // Without the extension about 1.4 s would be left.
+  const auto info = client.inspect(k);
+  ASSERT_TRUE(info);
+  EXPECT_GT(info->ttl_left.count(), 1500) << "the re-entry did not extend the backend's lease";
+  EXPECT_LE(info->ttl_left.count(), 2000);
+  EXPECT_GE(ms(second.valid_until() - first_until), 600);
+  EXPECT_EQ(first.valid_until(), second.valid_until()) << "holds of one acquisition share its expiry";
+  second.release();
+  EXPECT_TRUE(first.held());
+  EXPECT_TRUE(client.inspect(k));
+  first.release();
+  EXPECT_FALSE(client.inspect(k));
+}
+
+TEST_P(Conformance, DifferentThreadsAreDifferentOwners) {
+  Client client = open();
+  const std::string k = key();
+  Mutex mutex = client.mutex(k);
+  mutex.lock();
+  const std::string main_owner = client.default_owner();
+  EXPECT_EQ(mutex.lease()->owner(), main_owner);
+  std::thread([&] {
+    EXPECT_NE(client.default_owner(), main_owner);
+    EXPECT_FALSE(mutex.try_lock()) << "another thread of the same client re-entered the lock";
+    const auto holder = mutex.last_holder();
+    ASSERT_TRUE(holder);
+    EXPECT_EQ(holder->owner, main_owner);
+    EXPECT_EQ(mutex.lease(), nullptr);
+  }).join();
+  mutex.unlock();
+  std::thread([&] {
+    EXPECT_TRUE(mutex.try_lock()) << "another thread cannot take the key after the unlock";
+    mutex.unlock();
+  }).join();
+  EXPECT_FALSE(client.inspect(k));
+}
+
+TEST_P(Conformance, ExplicitOwnerSharedAcrossClients) {
+  Client first = open();
+  Client second = open();
+  Client stranger = open();
+  const std::string k = key();
+  const std::string owner = "job-" + run_id();
+  Lease a = first.acquire(k, {.ttl = 10s, .owner = owner});
+  auto b = second.try_acquire(k, {.ttl = 10s, .owner = owner});
+  ASSERT_TRUE(b) << "the same explicit owner on another client is the same owner";
+  EXPECT_EQ(b.lease().token(), a.token());
+  EXPECT_EQ(b.lease().hold_count(), 2u);
+  EXPECT_FALSE(stranger.try_acquire(k)) << "a default owner took a key held by an explicit owner";
+  EXPECT_FALSE(stranger.try_acquire(k, {.owner = owner + "-other"}));
+
+  // Released by a third party that knows owner and token (a script releasing what another
+  // process acquired): one hold at a time.
+  const std::uint64_t token = a.token();
+  a.detach();
+  EXPECT_EQ(stranger.release(k, owner, token), 1u);
+  EXPECT_TRUE(stranger.inspect(k));
+  b.lease().release();
+  EXPECT_FALSE(stranger.inspect(k));
+  EXPECT_TRUE(stranger.try_acquire(k));
+}
+
+// ---- Leases ----
+
+// A holder that dies stops renewing; the key frees itself after the TTL, not before.
+TEST_P(Conformance, ExpiryAfterSigkill) {
+  DLOCK_SKIP_UNLESS_MULTI_PROCESS();
+  constexpr auto kTtl = 700ms;
+  const std::string k = key();
+  const std::string ready = (temp_dir() / "ready").string();
+  Client client = open();
+  ChildProcess holder({DLOCK_CONFORMANCE_WORKER, "hold", url(), k, std::to_string(kTtl.count()), ready});
+  const std::string text = wait_for_ready(holder, ready, 30s);
+  ASSERT_FALSE(text.empty()) << "the holder never reported its lease";
+  std::uint64_t holder_token = 0;
+  std::string holder_owner;
+  std::istringstream(text) >> holder_token >> holder_owner;
+
+  const auto info = client.inspect(k);
+  ASSERT_TRUE(info);
+  EXPECT_EQ(info->token, holder_token);
+  EXPECT_EQ(info->owner, holder_owner);
+
+  holder.kill(SIGKILL);
+  ASSERT_EQ(holder.wait_for(10s), 128 + SIGKILL);
+  const auto killed = Clock::now();
+
+  const auto first_sent = Clock::now();
+  auto first = client.try_acquire(k, {.ttl = 10s});
+  ASSERT_FALSE(first) << "the key was free right after its holder died: the lease did not last its TTL";
+  ASSERT_TRUE(first.holder());
+  EXPECT_EQ(first.holder()->token, holder_token);
+  const auto left = first.holder()->ttl_left;
+  EXPECT_GT(left.count(), 0);
+  EXPECT_LE(left.count(), kTtl.count()) << "the holder report says more time is left than the TTL";
+
+  auto attempt = client.try_acquire_for(k, 10s, {.ttl = 10s});
+  const auto acquired = Clock::now();
+  ASSERT_TRUE(attempt) << "the dead holder's lease never expired";
+  // The backend reported `left` when answering the first attempt, after first_sent.
+  EXPECT_GE(ms(acquired - first_sent), left.count() - 25) << "taken before the reported time left had passed";
+  EXPECT_LT(ms(acquired - killed), ms(kTtl + 3s)) << "ms from the kill to the new acquisition";
+  EXPECT_GT(attempt.lease().token(), holder_token);
+}
+
+// The evicted holder in another process learns of a force-release (its loss callback fires).
+TEST_P(Conformance, ForceReleaseSeenByHolderInAnotherProcess) {
+  DLOCK_SKIP_UNLESS_MULTI_PROCESS();
+  const std::string k = key();
+  const std::string ready = (temp_dir() / "ready").string();
+  Client admin = open();
+  ChildProcess holder({DLOCK_CONFORMANCE_WORKER, "hold", url(), k, "600", ready});
+  const std::string text = wait_for_ready(holder, ready, 30s);
+  ASSERT_FALSE(text.empty()) << "the holder never reported its lease";
+  std::uint64_t holder_token = 0;
+  std::string holder_owner;
+  std::istringstream(text) >> holder_token >> holder_owner;
+
+  const auto released = admin.force_release(k);
+  ASSERT_TRUE(released) << "force_release found nothing held";
+  EXPECT_EQ(released->token, holder_token);
+  EXPECT_EQ(released->owner, holder_owner);
+  EXPECT_EQ(released->key, k);
+  EXPECT_FALSE(admin.inspect(k));
+
+  const auto status = holder.wait_for(10s);
+  ASSERT_TRUE(status) << "the evicted holder never noticed the force-release";
+  EXPECT_EQ(*status, 42) << "the holder ended without reporting the loss";
+  auto next = admin.try_acquire(k);
+  ASSERT_TRUE(next);
+  EXPECT_GT(next.lease().token(), holder_token);
+}
+
+TEST_P(Conformance, RenewalKeepsLockPastTtl) {
+  Client client = open();
+  Client other = open();
+  const std::string k = key();
+  std::atomic<int> losses{0};
+  Lease lease = client.acquire(k, {.ttl = 600ms, .auto_renew = true});
+  lease.on_lost([&](const LossInfo&) { ++losses; });
+  const auto first_until = lease.valid_until();
+  const auto start = Clock::now();
+  int attempts = 0;
+  while (Clock::now() - start < 2400ms) {
+    EXPECT_FALSE(other.try_acquire(k))
+        << "taken " << ms(Clock::now() - start) << " ms into a renewed 600 ms lease";
+    ++attempts;
+    std::this_thread::sleep_for(50ms);
+  }
+  EXPECT_GE(attempts, 5);
+  EXPECT_TRUE(lease.held());
+  EXPECT_FALSE(lease.lost());
+  EXPECT_FALSE(lease.stop_token().stop_requested());
+  EXPECT_EQ(losses.load(), 0);
+  EXPECT_GT(ms(lease.valid_until() - first_until), 1200) << "valid_until did not move with the renewals";
+  const auto info = other.inspect(k);
+  ASSERT_TRUE(info);
+  EXPECT_LE(info->ttl_left.count(), 600);
+  EXPECT_EQ(info->token, lease.token()) << "a renewal must not change the fencing token";
+  EXPECT_NO_THROW(lease.release());
+  EXPECT_TRUE(other.try_acquire(k));
+}
+
+TEST_P(Conformance, LossDetectedAfterForceRelease) {
+  Client client = open();
+  Client admin = open();
+  const std::string k = key();
+  std::promise<LossInfo> lost;
+  std::atomic<int> callbacks{0};
+  std::atomic<bool> stop_seen{false};
+  Lease lease = client.acquire(k, {.ttl = 600ms, .auto_renew = true});
+  lease.on_lost([&](const LossInfo& info) {
+    if (callbacks++ == 0) lost.set_value(info);
+  });
+  std::stop_callback on_stop(lease.stop_token(), [&] { stop_seen = true; });
+
+  const auto released = admin.force_release(k);
+  ASSERT_TRUE(released);
+  EXPECT_EQ(released->token, lease.token());
+  EXPECT_EQ(released->owner, lease.owner());
+
+  auto future = lost.get_future();
+  ASSERT_EQ(future.wait_for(5s), std::future_status::ready) << "the evicted holder was never told";
+  const LossInfo info = future.get();
+  EXPECT_EQ(info.reason, LossReason::not_owner) << to_string(info.reason);
+  EXPECT_EQ(info.key, k);
+  EXPECT_EQ(info.token, lease.token());
+  EXPECT_FALSE(info.message.empty());
+  EXPECT_TRUE(lease.lost());
+  EXPECT_FALSE(lease.held());
+  EXPECT_TRUE(lease.stop_token().stop_requested());
+  EXPECT_TRUE(stop_seen.load());
+
+  // A callback registered after the loss runs at once, on this thread.
+  bool late = false;
+  lease.on_lost([&](const LossInfo&) { late = true; });
+  EXPECT_TRUE(late);
+
+  try {
+    lease.release();
+    ADD_FAILURE() << "release() of a lost lease did not throw";
+  } catch (const LockLostError& e) {
+    EXPECT_EQ(e.key(), k);
+    EXPECT_TRUE(message_names(e.what(), {k}, {}));
+  }
+  EXPECT_EQ(callbacks.load(), 1) << "the loss callback must run once";
+  auto next = admin.try_acquire(k);
+  ASSERT_TRUE(next);
+  EXPECT_GT(next.lease().token(), released->token);
+}
+
+TEST_P(Conformance, LossReportedThroughMutexAndUnlockStaysNoexcept) {
+  static_assert(noexcept(std::declval<Mutex&>().unlock()));
+  Client client = open();
+  Client admin = open();
+  const std::string k = key();
+  std::promise<LossInfo> lost;
+  std::atomic<int> callbacks{0};
+  Mutex mutex = client.mutex(k, {.ttl = 600ms, .auto_renew = true});
+  mutex.on_lost([&](const LossInfo& info) {
+    if (callbacks++ == 0) lost.set_value(info);
+  });
+  mutex.lock();
+  const std::uint64_t token = mutex.lease()->token();
+  ASSERT_TRUE(admin.force_release(k));
+  auto future = lost.get_future();
+  ASSERT_EQ(future.wait_for(5s), std::future_status::ready) << "the mutex's loss callback never ran";
+  EXPECT_EQ(future.get().token, token);
+  ASSERT_NE(mutex.lease(), nullptr);
+  EXPECT_TRUE(mutex.lease()->lost());
+  mutex.unlock();  // reported, never thrown
+  EXPECT_EQ(mutex.lease(), nullptr);
+  EXPECT_EQ(callbacks.load(), 1);
+  EXPECT_TRUE(mutex.try_lock());
+  mutex.unlock();
+}
+
+// A lease without renewal tells its holder to stop when valid_until() passes, which is before
+// the backend's lease can run out.
+TEST_P(Conformance, StopTokenFiresBeforeExpiry) {
+  constexpr auto kTtl = 400ms;
+  auto faulty = open_faulty();
+  Client& client = faulty.client;
+  const std::shared_ptr<FaultBackend>& faults = faulty.faults;
+  Client other = open();
+  const std::string k = key();
+  std::promise<Clock::time_point> stopped;
+  std::promise<LossInfo> lost;
+  Lease lease = client.acquire(k, {.ttl = kTtl});
+  const auto sent = faults->last_acquire_started();
+  const auto valid_until = lease.valid_until();
+  EXPECT_LT(valid_until - sent, kTtl)
+      << "valid_until is " << ms(valid_until - sent) << " ms after the send: not earlier than send + TTL";
+  EXPECT_GT(valid_until - sent, kTtl - kTtl / 10)
+      << "valid_until is " << ms(valid_until - sent) << " ms after the send: a margin over 10% of the TTL";
+  std::stop_callback on_stop(lease.stop_token(), [&] { stopped.set_value(Clock::now()); });
+  lease.on_lost([&](const LossInfo& info) { lost.set_value(info); });
+
+  auto stop_future = stopped.get_future();
+  ASSERT_EQ(stop_future.wait_for(5s), std::future_status::ready) << "the stop token was never requested";
+  const auto stop_at = stop_future.get();
+  EXPECT_GE(ms(stop_at - valid_until), 0) << "ms from valid_until to the stop request";
+  EXPECT_LT(ms(stop_at - valid_until), 2000) << "ms from valid_until to the stop request";
+  auto loss_future = lost.get_future();
+  ASSERT_EQ(loss_future.wait_for(5s), std::future_status::ready);
+  EXPECT_EQ(loss_future.get().reason, LossReason::expired);
+  EXPECT_TRUE(lease.lost());
+  EXPECT_FALSE(lease.held());
+  EXPECT_THROW(lease.release(), LockLostError);
+  EXPECT_TRUE(other.try_acquire_for(k, 3s)) << "the expired key never became free";
+}
+
+// ---- Fencing ----
+
+TEST_P(Conformance, FencingMonotonic) {
+  const std::string k = key();
+  std::vector<std::pair<std::uint64_t, std::string>> tokens;
+  const auto record = [&](std::uint64_t token, const std::string& after) {
+    if (!tokens.empty()) {
+      EXPECT_GT(token, tokens.back().first)
+          << "the token after " << after << " is not above the one from " << tokens.back().second;
+    }
+    tokens.emplace_back(token, after);
+  };
+  {
+    Client client = open();
+    Client admin = open();
+    {
+      Lease lease = client.acquire(k);
+      record(lease.token(), "the first acquisition");
+      Lease again = client.acquire(k);
+      EXPECT_EQ(again.token(), lease.token()) << "a re-entry must keep the token";
+      const auto info = admin.inspect(k);
+      ASSERT_TRUE(info);
+      EXPECT_EQ(info->token, lease.token());
+    }
+    {
+      Lease lease = client.acquire(k);
+      record(lease.token(), "a release");
+    }
+    {
+      Lease short_lease = client.acquire(k, {.ttl = 150ms});
+      record(short_lease.token(), "a release (2)");
+      auto taken = admin.try_acquire_for(k, 5s);
+      ASSERT_TRUE(taken) << "a 150 ms lease never expired";
+      record(taken.lease().token(), "an expiry");
+      const auto evicted = admin.force_release(k);
+      ASSERT_TRUE(evicted);
+      EXPECT_EQ(evicted->token, taken.lease().token());
+      Lease after_force = client.acquire(k);
+      record(after_force.token(), "a force-release");
+    }
+    EXPECT_FALSE(admin.inspect(k));
+    admin.collect_idle();
+    {
+      Lease lease = client.acquire(k);
+      record(lease.token(), "collect_idle");
+    }
+  }
+  // Every client of this store is gone: a new one starts from the stored state.
+  Client reopened = open();
+  reopened.collect_idle();
+  {
+    Lease lease = reopened.acquire(k);
+    record(lease.token(), "re-opening the store");
+  }
+  EXPECT_EQ(tokens.size(), 7u);
+}
+
+// A release (or renew) carrying an old acquisition's token never touches a newer acquisition
+// by the same owner.
+TEST_P(Conformance, StaleReleaseCannotTouchNewerAcquisition) {
+  Client client = open();
+  Client other = open();
+  const std::string k = key();
+  const std::string owner = "stale-" + run_id();
+  Lease old_lease = client.acquire(k, {.ttl = 200ms, .owner = owner});
+  const std::uint64_t old_token = old_lease.token();
+  ASSERT_TRUE(eventually([&] { return !other.inspect(k); }, 5s)) << "the 200 ms lease never expired";
+
+  Lease new_lease = client.acquire(k, {.ttl = 10s, .owner = owner});
+  EXPECT_GT(new_lease.token(), old_token);
+  EXPECT_EQ(new_lease.hold_count(), 1u) << "an acquisition after expiry is new, not a re-entry";
+
+  EXPECT_THROW(client.release(k, owner, old_token), LockLostError);
+  EXPECT_FALSE(open_backend()->renew({k, owner, old_token}, 10s)) << "a renew with a stale token succeeded";
+  EXPECT_THROW(old_lease.release(), LockLostError);
+
+  EXPECT_TRUE(new_lease.held());
+  const auto info = other.inspect(k);
+  ASSERT_TRUE(info) << "a stale release freed the newer acquisition";
+  EXPECT_EQ(info->token, new_lease.token());
+  EXPECT_EQ(info->hold_count, 1u);
+  EXPECT_FALSE(other.try_acquire(k));
+  EXPECT_NO_THROW(new_lease.release());
+  EXPECT_FALSE(other.inspect(k));
+}
+
+// ---- Waiting ----
+
+TEST_P(Conformance, TryLockForDeadline) {
+  constexpr auto kTimeout = 300ms;
+  constexpr auto kSlack = 2s;
+  Client holder = open();
+  Client client = open();
+  const std::string k = key();
+  Lease lease = holder.acquire(k, {.ttl = 30s});
+  Mutex mutex = client.mutex(k);
+  const auto check = [&](const char* how, const std::function<bool()>& call, Clock::duration lower) {
+    const auto start = Clock::now();
+    const bool acquired = call();
+    const auto elapsed = Clock::now() - start;
+    EXPECT_FALSE(acquired) << how;
+    EXPECT_GE(elapsed, lower) << how << " returned early, after " << ms(elapsed) << " ms";
+    EXPECT_LT(ms(elapsed), ms(kTimeout + kSlack)) << how << " overran (ms)";
+  };
+  check(
+      "Mutex::try_lock_for", [&] { return mutex.try_lock_for(kTimeout); }, kTimeout);
+  check(
+      "Mutex::try_lock_until(steady)", [&] { return mutex.try_lock_until(Clock::now() + kTimeout); },
+      kTimeout);
+  // Another clock's deadline is converted once; allow for the conversion.
+  check(
+      "Mutex::try_lock_until(system)",
+      [&] { return mutex.try_lock_until(std::chrono::system_clock::now() + kTimeout); }, kTimeout - 5ms);
+  std::optional<LockInfo> holder_report;
+  check(
+      "Client::try_acquire_for",
+      [&] {
+        auto attempt = client.try_acquire_for(k, kTimeout);
+        holder_report = attempt.holder();
+        return bool(attempt);
+      },
+      kTimeout);
+  ASSERT_TRUE(holder_report);
+  EXPECT_EQ(holder_report->token, lease.token());
+  check(
+      "Client::try_acquire_until", [&] { return bool(client.try_acquire_until(k, Clock::now() + kTimeout)); },
+      kTimeout);
+}
+
+TEST_P(Conformance, TryLockIsOneAttempt) {
+  Client holder = open();
+  auto faulty = open_faulty();
+  Client& client = faulty.client;
+  const std::shared_ptr<FaultBackend>& faults = faulty.faults;
+  const std::string k = key();
+  Lease lease = holder.acquire(k, {.ttl = 30s});
+  Mutex mutex = client.mutex(k);
+
+  faults->reset_counts();
+  auto start = Clock::now();
+  EXPECT_FALSE(mutex.try_lock());
+  EXPECT_LT(ms(Clock::now() - start), 1000) << "try_lock waited (ms)";
+  EXPECT_EQ(faults->acquire_calls(), 1u) << "try_lock made more than one round trip";
+  EXPECT_EQ(faults->waits(), 0u);
+
+  faults->reset_counts();
+  start = Clock::now();
+  auto attempt = client.try_acquire(k);
+  EXPECT_LT(ms(Clock::now() - start), 1000) << "try_acquire waited (ms)";
+  EXPECT_FALSE(attempt);
+  EXPECT_TRUE(attempt.holder());
+  EXPECT_EQ(faults->acquire_calls(), 1u) << "try_acquire made more than one round trip";
+  EXPECT_EQ(faults->waits(), 0u);
+  EXPECT_THROW(attempt.lease(), std::logic_error);
+
+  lease.release();
+  faults->reset_counts();
+  EXPECT_TRUE(mutex.try_lock());
+  EXPECT_EQ(faults->acquire_calls(), 1u);
+  mutex.unlock();
+}
+
+TEST_P(Conformance, TimeoutZeroOrNegativeMeansTryOnce) {
+  Client holder = open();
+  auto faulty = open_faulty();
+  Client& client = faulty.client;
+  const std::shared_ptr<FaultBackend>& faults = faulty.faults;
+  const std::string k = key();
+  Mutex mutex = client.mutex(k);
+  const auto check_once = [&](const char* how, bool expected, const std::function<bool()>& call) {
+    faults->reset_counts();
+    const auto start = Clock::now();
+    EXPECT_EQ(call(), expected) << how;
+    EXPECT_LT(ms(Clock::now() - start), 1000) << how << " waited (ms)";
+    EXPECT_EQ(faults->acquire_calls(), 1u) << how << " is not exactly one attempt";
+    EXPECT_EQ(faults->waits(), 0u) << how << " went to sleep";
+  };
+  {
+    Lease lease = holder.acquire(k, {.ttl = 30s});
+    check_once("try_acquire_for(0)", false, [&] { return bool(client.try_acquire_for(k, 0ms)); });
+    check_once("try_acquire_for(-1s)", false, [&] { return bool(client.try_acquire_for(k, -1s)); });
+    check_once("try_acquire_until(past)", false,
+               [&] { return bool(client.try_acquire_until(k, Clock::now() - 1h)); });
+    check_once("try_lock_for(0)", false, [&] { return mutex.try_lock_for(0ms); });
+    check_once("try_lock_for(-5s)", false, [&] { return mutex.try_lock_for(-5s); });
+    check_once("try_lock_until(past)", false, [&] { return mutex.try_lock_until(Clock::now() - 1s); });
+    const auto report = client.try_acquire_for(k, 0ms);
+    ASSERT_TRUE(report.holder()) << "a zero-timeout attempt must still report the holder";
+    EXPECT_EQ(report.holder()->token, lease.token());
+  }
+  // On a free key, "try once" succeeds.
+  check_once("try_lock_for(-1s) on a free key", true, [&] { return mutex.try_lock_for(-1s); });
+  mutex.unlock();
+  check_once("try_acquire_for(0) on a free key", true, [&] { return bool(client.try_acquire_for(k, 0ms)); });
+}
+
+TEST_P(Conformance, HolderReportOnConflict) {
+  constexpr auto kTtl = 5s;
+  Client holder = open();
+  Client client = open();
+  const std::string k = key();
+  Lease lease = holder.acquire(k, {.ttl = kTtl});
+  const auto check = [&](const std::optional<LockInfo>& report, const char* via, std::uint32_t holds) {
+    ASSERT_TRUE(report) << via << " did not say who holds the key";
+    EXPECT_EQ(report->key, k) << via;
+    EXPECT_EQ(report->owner, lease.owner()) << via;
+    EXPECT_EQ(report->token, lease.token()) << via;
+    EXPECT_EQ(report->hold_count, holds) << via;
+    EXPECT_GT(report->ttl_left.count(), 0) << via;
+    EXPECT_LE(report->ttl_left.count(), ms(kTtl)) << via;
+  };
+  auto attempt = client.try_acquire(k);
+  EXPECT_FALSE(attempt);
+  check(attempt.holder(), "try_acquire", 1);
+  check(client.try_acquire_for(k, 50ms).holder(), "try_acquire_for", 1);
+  Mutex mutex = client.mutex(k);
+  EXPECT_FALSE(mutex.try_lock());
+  check(mutex.last_holder(), "Mutex::last_holder", 1);
+  check(client.inspect(k), "inspect", 1);
+
+  // ttl_left is the time left, not the TTL.
+  std::this_thread::sleep_for(300ms);
+  const auto later = client.try_acquire(k).holder();
+  check(later, "try_acquire after 300 ms", 1);
+  if (later) {
+    EXPECT_LE(later->ttl_left.count(), ms(kTtl - 250ms)) << "ttl_left did not go down";
+  }
+
+  Lease again = holder.acquire(k, {.ttl = kTtl});
+  check(client.try_acquire(k).holder(), "try_acquire after a re-entry", 2);
+}
+
+// A waiter is woken by the release, long before the holder's 30 s TTL.
+TEST_P(Conformance, WaiterWokenByRelease) {
+  Client holder = open();
+  Client client = open();
+  const std::string k = key();
+  Lease lease = holder.acquire(k, {.ttl = 30s});
+  std::atomic<Clock::rep> released_at{0};
+  std::thread releaser([&] {
+    std::this_thread::sleep_for(200ms);
+    released_at = Clock::now().time_since_epoch().count();
+    lease.release();
+  });
+  const auto start = Clock::now();
+  auto attempt = client.try_acquire_for(k, 20s);
+  const auto done = Clock::now();
+  releaser.join();
+  ASSERT_TRUE(attempt) << "the waiter was not woken by the release";
+  const auto release_time = Clock::time_point(Clock::duration(released_at.load()));
+  EXPECT_GE(ms(done - release_time), 0) << "acquired before the holder released";
+  EXPECT_LT(ms(done - start), 5000) << "ms of waiting: it waited for the TTL rather than a wake-up";
+  RecordProperty("wake_latency_ms", std::to_string(ms(done - release_time)));
+}
+
+// Several waiters queue up; each release lets the next one in (no wake-up is lost).
+TEST_P(Conformance, WaitersEachWokenInTurn) {
+  constexpr int kWaiters = 3;
+  Client holder = open();
+  const std::string k = key();
+  Lease lease = holder.acquire(k, {.ttl = 30s});
+  std::atomic<int> acquired{0};
+  std::vector<std::thread> waiters;
+  waiters.reserve(kWaiters);
+  const auto start = Clock::now();
+  for (int i = 0; i < kWaiters; ++i) {
+    waiters.emplace_back([&] {
+      try {
+        Client client = open();
+        auto attempt = client.try_acquire_for(k, 20s, {.ttl = 30s});
+        if (!attempt) return;
+        ++acquired;
+        std::this_thread::sleep_for(50ms);
+        attempt.lease().release();
+      } catch (const std::exception& e) {
+        ADD_FAILURE() << e.what();
+      }
+    });
+  }
+  std::this_thread::sleep_for(200ms);
+  lease.release();
+  for (auto& waiter : waiters) waiter.join();
+  EXPECT_EQ(acquired.load(), kWaiters) << "a waiter was never woken";
+  EXPECT_LT(ms(Clock::now() - start), 10000) << "ms: waiters waited for TTLs rather than wake-ups";
+}
+
+// Waiting sleeps on the wake channel; it does not poll the store.
+TEST_P(Conformance, WaitingDoesNotPoll) {
+  Client holder = open();
+  auto faulty = open_faulty();
+  Client& client = faulty.client;
+  const std::shared_ptr<FaultBackend>& faults = faulty.faults;
+  const std::string k = key();
+  Lease lease = holder.acquire(k, {.ttl = 30s});
+  faults->reset_counts();
+  EXPECT_FALSE(client.try_acquire_for(k, 1s));
+  EXPECT_LE(faults->acquire_calls(), 10u)
+      << "a 1 s wait made " << faults->acquire_calls() << " acquire calls";
+  EXPECT_LE(faults->wake_channels(), 1u);
+}
+
+// ---- Admin ----
+
+TEST_P(Conformance, ListAndInspect) {
+  Client client = open();
+  const std::string base = key("list");
+  // '%' and '_' are wildcards to SQL LIKE: the prefix filter must take them literally.
+  const std::string prefix = base + "/p_%/";
+  const std::vector<std::string> listed = {prefix + "a", prefix + "b", prefix + "c", prefix + "d"};
+  const std::vector<std::string> decoys = {base + "/pX%/z", base + "/p_%", base + "/p_%0/x"};
+  std::vector<Lease> leases;
+  leases.reserve(listed.size() + decoys.size());
+  for (const auto& k : listed) leases.push_back(client.acquire(k, {.ttl = 10s}));
+  for (const auto& k : decoys) leases.push_back(client.acquire(k, {.ttl = 10s}));
+  {
+    Lease released = client.acquire(prefix + "e");  // released: never listed
+  }
+
+  const auto page = client.list(prefix);
+  std::vector<std::string> keys;
+  for (const auto& lock : page.locks) keys.push_back(lock.key);
+  EXPECT_EQ(keys, listed);
+  EXPECT_TRUE(page.next_after.empty()) << "the only page must end the listing";
+  for (std::size_t i = 0; i < page.locks.size() && i < listed.size(); ++i) {
+    EXPECT_EQ(page.locks[i].owner, leases[i].owner());
+    EXPECT_EQ(page.locks[i].token, leases[i].token());
+    EXPECT_EQ(page.locks[i].hold_count, 1u);
+    EXPECT_GT(page.locks[i].ttl_left.count(), 0);
+    EXPECT_LE(page.locks[i].ttl_left.count(), 10000);
+  }
+
+  const auto first = client.list(prefix, "", 2);
+  ASSERT_EQ(first.locks.size(), 2u);
+  EXPECT_EQ(first.locks[0].key, listed[0]);
+  EXPECT_EQ(first.locks[1].key, listed[1]);
+  EXPECT_EQ(first.next_after, listed[1]);
+  const auto second = client.list(prefix, first.next_after, 2);
+  ASSERT_EQ(second.locks.size(), 2u);
+  EXPECT_EQ(second.locks[0].key, listed[2]);
+  EXPECT_EQ(second.locks[1].key, listed[3]);
+  EXPECT_TRUE(second.next_after.empty()) << "the last page must end the listing";
+
+  const auto third = client.list(prefix, "", 3);
+  ASSERT_EQ(third.locks.size(), 3u);
+  EXPECT_EQ(third.next_after, listed[2]);
+  const auto rest = client.list(prefix, third.next_after, 3);
+  ASSERT_EQ(rest.locks.size(), 1u);
+  EXPECT_EQ(rest.locks[0].key, listed[3]);
+  EXPECT_TRUE(rest.next_after.empty());
+
+  // Everything under the base, decoys included, in byte order.
+  std::vector<std::string> all = listed;
+  all.insert(all.end(), decoys.begin(), decoys.end());
+  std::sort(all.begin(), all.end());
+  std::vector<std::string> all_listed;
+  for (const auto& lock : client.list(base + "/").locks) all_listed.push_back(lock.key);
+  EXPECT_EQ(all_listed, all);
+
+  const auto info = client.inspect(listed[0]);
+  ASSERT_TRUE(info);
+  EXPECT_EQ(info->key, listed[0]);
+  EXPECT_EQ(info->owner, leases[0].owner());
+  EXPECT_EQ(info->token, leases[0].token());
+  EXPECT_FALSE(client.inspect(prefix + "e")) << "a released key is reported held";
+  EXPECT_FALSE(client.inspect(prefix + "never-locked"));
+  EXPECT_FALSE(client.force_release(prefix + "never-locked"));
+  EXPECT_THROW(client.list(prefix, "", 0), InvalidArgument);
+}
+
+// ---- The standard lock vocabulary ----
+
+TEST_P(Conformance, StdUniqueLockAndScopedLock) {
+  Client client = open();
+  Client other = open();
+  Mutex one = client.mutex(key("one"));
+  Mutex two = client.mutex(key("two"));
+  const auto held = [&](const Mutex& m) { return other.inspect(m.key()).has_value(); };
+  {
+    std::unique_lock lock(one);
+    EXPECT_TRUE(lock.owns_lock());
+    EXPECT_TRUE(held(one));
+    lock.unlock();
+    EXPECT_FALSE(held(one));
+    EXPECT_TRUE(lock.try_lock());
+    EXPECT_TRUE(held(one));
+  }
+  EXPECT_FALSE(held(one));
+  {
+    std::unique_lock lock(one, std::try_to_lock);
+    EXPECT_TRUE(lock.owns_lock());
+    std::unique_lock timed(two, 100ms);
+    EXPECT_TRUE(timed.owns_lock());
+  }
+  {
+    std::scoped_lock both(one, two);
+    EXPECT_TRUE(held(one));
+    EXPECT_TRUE(held(two));
+  }
+  EXPECT_FALSE(held(one));
+  EXPECT_FALSE(held(two));
+  {
+    std::lock_guard guard(two);
+    EXPECT_TRUE(held(two));
+  }
+  EXPECT_FALSE(held(two));
+  {
+    Lease blocker = other.acquire(two.key(), {.ttl = 10s});
+    EXPECT_EQ(std::try_lock(one, two), 1) << "std::try_lock must report the second mutex as busy";
+    EXPECT_FALSE(held(one)) << "std::try_lock must release the first mutex when the second fails";
+    std::unique_lock timed(two, 100ms);
+    EXPECT_FALSE(timed.owns_lock());
+  }
+}
+
+// ---- Bad input ----
+
+TEST_P(Conformance, BadInputKeys) {
+  Client client = open();
+  struct BadKey {
+    std::string key;
+    std::vector<std::string> names;  // the message names at least one
+  };
+  const std::vector<BadKey> bad = {
+      {"", {"empty"}},
+      {std::string(2000, 'k'), {"2000", "long"}},
+      {std::string("nul\0inside", 10), {"0x00", "NUL"}},
+      {"new\nline", {"0x0a", "newline"}},
+      {std::string("bad\xff utf8"), {"UTF-8"}},
+  };
+  for (const auto& item : bad) {
+    const std::string& k = item.key;
+    const std::vector<std::string>& names = item.names;
+    SCOPED_TRACE("key of " + std::to_string(k.size()) + " bytes");
+    EXPECT_TRUE(throws_naming<InvalidArgument>([&] { client.acquire(k); }, {"key"}, names));
+    EXPECT_TRUE(throws_naming<InvalidArgument>([&] { client.try_acquire(k); }, {"key"}, names));
+    EXPECT_TRUE(throws_naming<InvalidArgument>([&] { client.try_acquire_for(k, 10ms); }, {"key"}, names));
+    EXPECT_TRUE(throws_naming<InvalidArgument>([&] { client.mutex(k); }, {"key"}, names));
+    EXPECT_TRUE(throws_naming<InvalidArgument>([&] { client.inspect(k); }, {"key"}, names));
+    EXPECT_TRUE(throws_naming<InvalidArgument>([&] { client.force_release(k); }, {"key"}, names));
+    EXPECT_TRUE(throws_naming<InvalidArgument>([&] { client.release(k, "owner", 1); }, {"key"}, names));
+  }
+}
+
+// The longest key the backend accepts works and comes back byte for byte; one more byte is a
+// clear error naming the limit. Non-ASCII text keys work too.
+TEST_P(Conformance, KeyAtTheLimitAndUnicode) {
+  Client client = open();
+  const std::size_t limit = open_backend()->max_key_bytes();
+  ASSERT_GE(limit, 64u) << "a backend must take keys of at least 64 bytes";
+  std::string longest = key("long-");
+  longest.resize(limit, 'x');
+  {
+    Lease lease = client.acquire(longest, {.ttl = 10s});
+    const auto info = client.inspect(longest);
+    ASSERT_TRUE(info);
+    EXPECT_EQ(info->key, longest);
+    const auto page = client.list(longest);
+    ASSERT_EQ(page.locks.size(), 1u);
+    EXPECT_EQ(page.locks[0].key, longest);
+  }
+  EXPECT_FALSE(client.inspect(longest));
+  EXPECT_TRUE(
+      throws_naming<InvalidArgument>([&] { client.acquire(longest + "x"); }, {std::to_string(limit)}));
+
+  const std::string unicode = key("заказ/42 ✓ 注文");
+  Lease lease = client.acquire(unicode, {.ttl = 10s});
+  const auto info = client.inspect(unicode);
+  ASSERT_TRUE(info);
+  EXPECT_EQ(info->key, unicode);
+  EXPECT_FALSE(open().try_acquire(unicode));
+}
+
+TEST_P(Conformance, BadInputTtlAndOwner) {
+  Client client = open();
+  const std::string k = key();
+  for (const auto ttl : {0ms, -1ms}) {
+    SCOPED_TRACE("ttl " + std::to_string(ttl.count()) + " ms");
+    EXPECT_TRUE(throws_naming<InvalidArgument>([&] { client.acquire(k, {.ttl = ttl}); }, {"TTL"}));
+    EXPECT_TRUE(throws_naming<InvalidArgument>([&] { client.try_acquire(k, {.ttl = ttl}); }, {"TTL"}));
+    EXPECT_TRUE(throws_naming<InvalidArgument>([&] { client.mutex(k, {.ttl = ttl}); }, {"TTL"}));
+  }
+  EXPECT_TRUE(throws_naming<InvalidArgument>([&] { client.acquire(k, {.owner = ""}); }, {"owner"}));
+  EXPECT_TRUE(throws_naming<InvalidArgument>([&] { client.acquire(k, {.owner = std::string(200, 'o')}); },
+                                             {"owner"}));
+  EXPECT_TRUE(throws_naming<InvalidArgument>([&] { client.mutex(k, {.owner = ""}); }, {"owner"}));
+  EXPECT_TRUE(throws_naming<InvalidArgument>([&] { client.release(k, "", 1); }, {"owner"}));
+  Lease lease = client.acquire(k, {.ttl = 10s});
+  EXPECT_TRUE(throws_naming<InvalidArgument>([&] { lease.renew(0ms); }, {"TTL"}));
+  EXPECT_TRUE(lease.held()) << "a rejected renew must leave the lease alone";
+  EXPECT_FALSE(open().try_acquire(k)) << "bad input must not have freed the key";
+}
+
+// Malformed URLs of this backend's scheme, and an unknown option on a good URL.
+TEST_P(Conformance, BadInputMalformedUrl) {
+  const std::string with_option =
+      url() + (url().find('?') == std::string::npos ? "?" : "&") + "dlock_bogus=1";
+  EXPECT_TRUE(throws_naming<ConfigurationError>([&] { Client::open(with_option); }, {"dlock_bogus"}))
+      << with_option;
+  for (const auto& bad : GetParam().malformed_urls) {
+    EXPECT_TRUE(throws_naming<ConfigurationError>([&] { Client::open(bad.url); }, {}, bad.names)) << bad.url;
+  }
+}
+
+// A store that cannot be reached or created: a clear error naming it, never a crash.
+TEST_P(Conformance, BadInputBadLocation) {
+  const auto& param = GetParam();
+  if (param.bad_location_url.empty()) GTEST_SKIP() << param.name << " has no location that can be bad";
+  try {
+    Client client = Client::open(param.bad_location_url);
+    client.try_acquire(key());
+    ADD_FAILURE() << "opening and using " << param.bad_location_url << " did not fail";
+  } catch (const Error& e) {
+    EXPECT_TRUE(e.kind() == ErrorKind::configuration || e.kind() == ErrorKind::connection)
+        << "error kind " << static_cast<int>(e.kind()) << ": " << e.what();
+    EXPECT_TRUE(message_names(e.what(), {param.bad_location_names}, {}));
+  }
+}
+
+INSTANTIATE_TEST_SUITE_P(Backends, Conformance, ::testing::ValuesIn(all_backends()), BackendParamName());
+
+// URLs no backend accepts.
+TEST(ConformanceUrls, MalformedUrlsNameTheProblem) {
+  const std::vector<MalformedUrl> bad = {
+      {"nope://x", {"nope"}},           {"no-scheme-here", {"scheme"}},     {"://x", {"scheme"}},
+      {"local://x?bogus=1", {"bogus"}}, {"local://x?dup=1&dup=2", {"dup"}},
+  };
+  for (const auto& item : bad) {
+    EXPECT_TRUE(throws_naming<ConfigurationError>([&] { Client::open(item.url); }, {}, item.names))
+        << item.url;
+  }
+}
+
+}  // namespace
+}  // namespace dlock::test

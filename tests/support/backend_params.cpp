@@ -1,0 +1,80 @@
+#include "support/backend_params.hpp"
+
+#include <unistd.h>
+
+#include <atomic>
+#include <cctype>
+#include <cstdlib>
+#include <map>
+#include <sstream>
+
+namespace dlock::test {
+namespace {
+
+std::string sanitize(std::string_view text) {
+  std::string out;
+  for (const char c : text) out += std::isalnum(static_cast<unsigned char>(c)) ? c : '_';
+  return out.empty() ? "backend" : out;
+}
+
+BackendParam local_param() {
+  BackendParam p;
+  p.name = "local";
+  p.make_url = [](const std::filesystem::path&) {
+    static std::atomic<int> next{0};
+    // A store of its own per test: local:// stores live as long as the process.
+    return "local://conformance-" + std::to_string(::getpid()) + "-" + std::to_string(++next);
+  };
+  p.spans_processes = false;
+  p.malformed_urls = {
+      {"local://x?bogus=1", {"bogus"}},
+      {"local://x/some/path", {"path"}},
+  };
+  return p;
+}
+
+#if DLOCK_WITH_SQLITE
+BackendParam sqlite_param() {
+  BackendParam p;
+  p.name = "sqlite";
+  p.make_url = [](const std::filesystem::path& temp_dir) {
+    return "sqlite://" + (temp_dir / "locks.db").string();
+  };
+  p.spans_processes = true;
+  // procfs refuses to create directories, even for root.
+  p.bad_location_url = "sqlite:///proc/dlock-nope/x.db";
+  p.bad_location_names = "/proc/dlock-nope";
+  p.malformed_urls = {
+      {"sqlite://", {"path", "file"}},
+  };
+  return p;
+}
+#endif
+
+}  // namespace
+
+std::vector<BackendParam> all_backends() {
+  std::vector<BackendParam> params;
+  params.push_back(local_param());
+#if DLOCK_WITH_SQLITE
+  params.push_back(sqlite_param());
+#endif
+  const char* env = std::getenv("DLOCK_TEST_URLS");  // NOLINT(concurrency-mt-unsafe): nothing sets it
+  std::istringstream urls(env ? env : "");
+  std::map<std::string, int> seen;
+  for (const auto& p : params) seen[p.name] = 1;  // DLOCK_TEST_URLS=sqlite://… becomes sqlite_2
+  for (std::string url; urls >> url;) {
+    BackendParam p;
+    const auto sep = url.find("://");
+    const std::string scheme = sep == std::string::npos ? url : url.substr(0, sep);
+    std::string name = sanitize(scheme);
+    if (const int n = ++seen[name]; n > 1) name += "_" + std::to_string(n);
+    p.name = name;
+    p.make_url = [url](const std::filesystem::path&) { return url; };
+    p.spans_processes = scheme != "local";  // every server-backed store spans processes
+    params.push_back(std::move(p));
+  }
+  return params;
+}
+
+}  // namespace dlock::test

@@ -1,0 +1,168 @@
+#pragma once
+
+// A fault-injecting Backend decorator for tests (STYLE.md #3: inject faults through the seam).
+//
+// It forwards every call to a real backend and, when told to, makes renewals fail as if the
+// store were unreachable, answer "not yours any more", or stall; makes releases fail; and
+// counts the calls the core makes (acquire round trips, wake-channel waits), so tests can
+// check the core's loss, retry and "one round trip" rules without a network.
+//
+// Threads: every member is thread-safe; the knobs may be turned while the core runs (from the
+// test thread while the client's renewal thread calls in).
+//
+//   auto faults = std::make_shared<dlock::test::FaultBackend>(real_backend);
+//   auto client = dlock::Client::with_backend(faults);
+//   faults->fail_renewals(true);   // the next renewals throw ConnectionError
+
+#include <atomic>
+#include <chrono>
+#include <cstdint>
+#include <memory>
+#include <thread>
+#include <utility>
+
+#include "dlock/backend.hpp"
+#include "dlock/errors.hpp"
+
+namespace dlock::test {
+
+class FaultBackend final : public backend::Backend {
+ public:
+  using milliseconds = std::chrono::milliseconds;
+
+  explicit FaultBackend(std::shared_ptr<backend::Backend> inner) : inner_(std::move(inner)) {}
+
+  // ---- knobs ----
+
+  // While on, renew() throws ConnectionError without reaching the store.
+  void fail_renewals(bool on) noexcept { fail_renewals_.store(on); }
+  // The next `n` renew() calls throw ConnectionError, then renewals work again.
+  void fail_next_renewals(int n) noexcept { fail_next_renewals_.store(n); }
+  // While on, renew() answers false ("no longer ours") without reaching the store.
+  void renewals_report_lost(bool on) noexcept { renewals_report_lost_.store(on); }
+  // While on, release() throws ConnectionError without reaching the store.
+  void fail_releases(bool on) noexcept { fail_releases_.store(on); }
+  // Every renew() sleeps this long before reaching the store: a slow network or a stalled
+  // server (the request hangs, then the store answers).
+  void delay_renewals(milliseconds delay) noexcept { renew_delay_ms_.store(delay.count()); }
+  // Every acquire() sleeps this long before reaching the store.
+  void delay_acquires(milliseconds delay) noexcept { acquire_delay_ms_.store(delay.count()); }
+
+  // ---- what the core did ----
+
+  std::uint64_t acquire_calls() const noexcept { return acquire_calls_.load(); }
+  // When the latest acquire() call reached this decorator: no later than the store saw it,
+  // no earlier than the core took its "sent" time.
+  std::chrono::steady_clock::time_point last_acquire_started() const noexcept {
+    return std::chrono::steady_clock::time_point(std::chrono::steady_clock::duration(last_acquire_.load()));
+  }
+  std::uint64_t renew_calls() const noexcept { return renew_calls_.load(); }
+  // Renewals that reached the store and succeeded.
+  std::uint64_t renewals_ok() const noexcept { return renewals_ok_.load(); }
+  std::uint64_t release_calls() const noexcept { return release_calls_.load(); }
+  std::uint64_t wake_channels() const noexcept { return wake_channels_.load(); }
+  // WakeChannel::wait_until calls: how often a waiter went to sleep.
+  std::uint64_t waits() const noexcept { return waits_->load(); }
+  void reset_counts() noexcept {
+    acquire_calls_ = 0;
+    renew_calls_ = 0;
+    renewals_ok_ = 0;
+    release_calls_ = 0;
+    wake_channels_ = 0;
+    waits_->store(0);
+  }
+
+  const std::shared_ptr<backend::Backend>& inner() const noexcept { return inner_; }
+
+  // ---- backend::Backend ----
+
+  std::string_view name() const noexcept override { return inner_->name(); }
+  std::size_t max_key_bytes() const noexcept override { return inner_->max_key_bytes(); }
+
+  backend::AcquireResult acquire(const backend::AcquireRequest& request) override {
+    ++acquire_calls_;
+    last_acquire_.store(std::chrono::steady_clock::now().time_since_epoch().count());
+    sleep_ms(acquire_delay_ms_.load());
+    return inner_->acquire(request);
+  }
+
+  bool renew(const backend::LeaseRef& lease, milliseconds ttl) override {
+    ++renew_calls_;
+    sleep_ms(renew_delay_ms_.load());
+    if (fail_renewals_.load()) throw unreachable("renew", lease.key);
+    for (int n = fail_next_renewals_.load(); n > 0;) {
+      if (fail_next_renewals_.compare_exchange_weak(n, n - 1)) throw unreachable("renew", lease.key);
+    }
+    if (renewals_report_lost_.load()) return false;
+    const bool renewed = inner_->renew(lease, ttl);
+    if (renewed) ++renewals_ok_;
+    return renewed;
+  }
+
+  std::optional<std::uint32_t> release(const backend::LeaseRef& lease) override {
+    ++release_calls_;
+    if (fail_releases_.load()) throw unreachable("release", lease.key);
+    return inner_->release(lease);
+  }
+
+  std::optional<LockInfo> inspect(std::string_view key) override { return inner_->inspect(key); }
+  ListPage list(std::string_view prefix, std::string_view after, std::size_t limit) override {
+    return inner_->list(prefix, after, limit);
+  }
+  std::optional<LockInfo> force_release(std::string_view key) override { return inner_->force_release(key); }
+
+  std::unique_ptr<backend::WakeChannel> wake_channel(std::string_view key, std::string_view ticket) override {
+    ++wake_channels_;
+    return std::make_unique<CountingWakeChannel>(inner_->wake_channel(key, ticket), waits_);
+  }
+  void cancel(std::string_view key, std::string_view ticket) override { inner_->cancel(key, ticket); }
+  void ping() override { inner_->ping(); }
+  std::size_t collect_idle() override { return inner_->collect_idle(); }
+
+ private:
+  class CountingWakeChannel final : public backend::WakeChannel {
+   public:
+    CountingWakeChannel(std::unique_ptr<backend::WakeChannel> inner,
+                        std::shared_ptr<std::atomic<std::uint64_t>> waits)
+        : inner_(std::move(inner)), waits_(std::move(waits)) {}
+    void arm() override { inner_->arm(); }
+    bool wait_until(std::chrono::steady_clock::time_point deadline) override {
+      ++*waits_;
+      return inner_->wait_until(deadline);
+    }
+    void abandon() noexcept override { inner_->abandon(); }
+
+   private:
+    std::unique_ptr<backend::WakeChannel> inner_;
+    std::shared_ptr<std::atomic<std::uint64_t>> waits_;
+  };
+
+  static void sleep_ms(milliseconds::rep ms) {
+    if (ms > 0) std::this_thread::sleep_for(milliseconds(ms));
+  }
+
+  ConnectionError unreachable(const char* what, std::string_view key) const {
+    return ConnectionError(std::string("injected fault: ") + what + " could not reach the store",
+                           std::string(inner_->name()), std::string(key));
+  }
+
+  std::shared_ptr<backend::Backend> inner_;
+
+  std::atomic<bool> fail_renewals_{false};
+  std::atomic<int> fail_next_renewals_{0};
+  std::atomic<bool> renewals_report_lost_{false};
+  std::atomic<bool> fail_releases_{false};
+  std::atomic<milliseconds::rep> renew_delay_ms_{0};
+  std::atomic<milliseconds::rep> acquire_delay_ms_{0};
+
+  std::atomic<std::uint64_t> acquire_calls_{0};
+  std::atomic<std::chrono::steady_clock::rep> last_acquire_{0};
+  std::atomic<std::uint64_t> renew_calls_{0};
+  std::atomic<std::uint64_t> renewals_ok_{0};
+  std::atomic<std::uint64_t> release_calls_{0};
+  std::atomic<std::uint64_t> wake_channels_{0};
+  // Shared with the channels, which may outlive a reset or be destroyed on another thread.
+  std::shared_ptr<std::atomic<std::uint64_t>> waits_ = std::make_shared<std::atomic<std::uint64_t>>(0);
+};
+
+}  // namespace dlock::test
