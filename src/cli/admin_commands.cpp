@@ -1,1 +1,254 @@
-// placeholder: being written
+// `dlock acquire`, `release`, `status`, `list`, `force-release`: one backend call each (list
+// pages), plain text for people or one JSON object per invocation with --json.
+
+#include <fmt/format.h>
+
+#include <algorithm>
+#include <array>
+#include <cstdint>
+#include <cstdio>
+#include <iterator>
+#include <memory>
+#include <nlohmann/json.hpp>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "cli/commands.hpp"
+
+namespace dlock::cli {
+namespace {
+
+using nlohmann::json;
+using std::chrono::milliseconds;
+
+// `release` of a hold the owner does not have (docs/cli.md).
+constexpr int kExitNotHeld = 1;
+
+void print(const json& value) {
+  // Keys written by other tools may not be UTF-8; JSON output must stay valid anyway.
+  std::puts(value.dump(-1, ' ', false, json::error_handler_t::replace).c_str());
+}
+
+void say(const std::string& message) { std::fprintf(stderr, "dlock: %s\n", message.c_str()); }
+
+json to_json(const LockInfo& info) {
+  return {{"key", info.key},
+          {"owner", info.owner},
+          {"token", info.token},
+          {"hold_count", info.hold_count},
+          {"ttl_left_ms", info.ttl_left.count()}};
+}
+
+json to_json(const std::optional<LockInfo>& info) { return info ? to_json(*info) : json(nullptr); }
+
+// ---- acquire ----
+
+struct AcquireOptions {
+  std::string key;
+  std::string owner;
+  milliseconds ttl = kDefaultTtl;
+  WaitOptions wait;
+  int conflict_exit = kExitConflict;
+};
+
+int acquire(const GlobalOptions& global, const AcquireOptions& options) {
+  const Client client = open_client(global);
+  // No renewal: this process is about to exit. The TTL bounds the hold if no release comes.
+  Attempt attempt = take_lock(client, options.key, options.wait,
+                              LockOptions{.ttl = options.ttl, .auto_renew = false, .owner = options.owner});
+  if (!attempt) {
+    if (global.json)
+      print({{"acquired", false}, {"key", options.key}, {"holder", to_json(attempt.holder())}});
+    say(conflict_message(options.key, options.wait, attempt));
+    return options.conflict_exit;
+  }
+  Lease& lease = attempt.lease();
+  lease.detach();  // the hold outlives this process, until `dlock release` or its TTL
+  if (global.json) {
+    print({{"acquired", true},
+           {"key", lease.key()},
+           {"owner", lease.owner()},
+           {"token", lease.token()},
+           {"hold_count", lease.hold_count()},
+           {"ttl_ms", options.ttl.count()}});
+  } else {
+    std::printf("%llu\n", static_cast<unsigned long long>(lease.token()));
+  }
+  return kExitOk;
+}
+
+// ---- release ----
+
+struct ReleaseOptions {
+  std::string key;
+  std::string owner;
+  std::optional<std::uint64_t> token;
+};
+
+int release(const GlobalOptions& global, const ReleaseOptions& options) {
+  const Client client = open_client(global);
+  std::uint64_t token = 0;
+  if (options.token) {
+    token = *options.token;
+  } else {
+    const auto holder = client.inspect(options.key);
+    if (!holder || holder->owner != options.owner) {
+      say(fmt::format("'{}' is not held by owner {}: {}", options.key, options.owner,
+                      holder ? "it is " + describe_holder(*holder) : std::string("it is free")));
+      return kExitNotHeld;
+    }
+    token = holder->token;
+  }
+  std::uint32_t holds_left = 0;
+  try {
+    holds_left = client.release(options.key, options.owner, token);
+  } catch (const LockLostError& e) {
+    say(e.what());
+    return kExitNotHeld;
+  }
+  if (global.json) {
+    print({{"key", options.key}, {"owner", options.owner}, {"token", token}, {"holds_left", holds_left}});
+  }
+  return kExitOk;
+}
+
+// ---- status, list, force-release ----
+
+int status(const GlobalOptions& global, const std::string& key) {
+  const Client client = open_client(global);
+  const auto holder = client.inspect(key);
+  if (global.json) {
+    json out = holder ? to_json(*holder) : json{{"key", key}};
+    out["held"] = holder.has_value();
+    print(out);
+  } else {
+    std::printf("%s: %s\n", key.c_str(), holder ? describe_holder(*holder).c_str() : "free");
+  }
+  return kExitOk;
+}
+
+struct ListOptions {
+  std::string prefix;
+  std::string after;
+  std::optional<std::size_t> limit;
+};
+
+void print_table(const std::vector<LockInfo>& locks) {
+  std::vector<std::array<std::string, 5>> rows{{"KEY", "OWNER", "TOKEN", "HOLDS", "TTL LEFT"}};
+  for (const auto& lock : locks) {
+    rows.push_back({lock.key, lock.owner, std::to_string(lock.token), std::to_string(lock.hold_count),
+                    format_duration(lock.ttl_left)});
+  }
+  std::array<std::size_t, 5> width{};
+  for (const auto& row : rows) {
+    for (std::size_t i = 0; i < row.size(); ++i) width[i] = std::max(width[i], row[i].size());
+  }
+  for (const auto& row : rows) {
+    fmt::print("{:<{}}  {:<{}}  {:>{}}  {:>{}}  {:>{}}\n", row[0], width[0], row[1], width[1], row[2],
+               width[2], row[3], width[3], row[4], width[4]);
+  }
+}
+
+int list(const GlobalOptions& global, const ListOptions& options) {
+  constexpr std::size_t kPage = 1000;
+  const Client client = open_client(global);
+  std::vector<LockInfo> locks;
+  std::string after = options.after;
+  std::string next;
+  for (;;) {
+    const std::size_t want = options.limit ? std::min(kPage, *options.limit - locks.size()) : kPage;
+    ListPage page = client.list(options.prefix, after, want);
+    std::move(page.locks.begin(), page.locks.end(), std::back_inserter(locks));
+    next = std::move(page.next_after);
+    if (next.empty() || (options.limit && locks.size() >= *options.limit)) break;
+    after = next;
+  }
+  if (global.json) {
+    json out{{"locks", json::array()}, {"next_after", next}};
+    for (const auto& lock : locks) out["locks"].push_back(to_json(lock));
+    print(out);
+    return kExitOk;
+  }
+  if (locks.empty()) {
+    std::puts(options.prefix.empty() ? "no locks held"
+                                     : fmt::format("no locks held under '{}'", options.prefix).c_str());
+  } else {
+    print_table(locks);
+  }
+  if (!next.empty()) say(fmt::format("more locks follow: list them with --after '{}'", next));
+  return kExitOk;
+}
+
+int force_release(const GlobalOptions& global, const std::string& key) {
+  const Client client = open_client(global);
+  const auto freed = client.force_release(key);
+  if (global.json) {
+    print({{"key", key}, {"released", freed.has_value()}, {"holder", to_json(freed)}});
+  } else if (freed) {
+    std::printf("force-released '%s', which was %s\n", key.c_str(), describe_holder(*freed).c_str());
+  } else {
+    std::printf("'%s' was not held; nothing to release\n", key.c_str());
+  }
+  return kExitOk;
+}
+
+}  // namespace
+
+void add_admin_commands(CLI::App& app, const GlobalOptions& global, int& exit_code) {
+  {
+    auto options = std::make_shared<AcquireOptions>();
+    auto* command = app.add_subcommand(
+        "acquire", "Take a lock for a script that spans several commands; print its fencing token");
+    command
+        ->add_option("--owner", options->owner,
+                     "Who holds it: 1-128 printable ASCII characters, no spaces; release with the same owner")
+        ->required();
+    add_duration_option(*command, "--ttl", options->ttl,
+                        "Lease length; there is no renewal, so the lock is free again after this long "
+                        "unless released first")
+        ->default_str("30s");
+    add_wait_options(*command, options->wait);
+    command
+        ->add_option("-E,--conflict-exit-code", options->conflict_exit,
+                     "Exit code when the lock was not obtained in time")
+        ->capture_default_str()
+        ->check(CLI::Range(0, 255));
+    command->add_option("KEY", options->key, "The lock's key")->required();
+    command->callback([&global, &exit_code, options] { exit_code = acquire(global, *options); });
+  }
+  {
+    auto options = std::make_shared<ReleaseOptions>();
+    auto* command = app.add_subcommand("release", "Release one hold taken by `dlock acquire`");
+    command->add_option("--owner", options->owner, "The owner given to acquire")->required();
+    command->add_option("--token", options->token,
+                        "The token acquire printed (default: the token the owner holds now)");
+    command->add_option("KEY", options->key, "The lock's key")->required();
+    command->callback([&global, &exit_code, options] { exit_code = release(global, *options); });
+  }
+  {
+    auto key = std::make_shared<std::string>();
+    auto* command = app.add_subcommand("status", "Show who holds a lock, or that it is free");
+    command->add_option("KEY", *key, "The lock's key")->required();
+    command->callback([&global, &exit_code, key] { exit_code = status(global, *key); });
+  }
+  {
+    auto options = std::make_shared<ListOptions>();
+    auto* command = app.add_subcommand("list", "List held locks, in key order");
+    command->add_option("--prefix", options->prefix, "Only keys starting with this");
+    command->add_option("--limit", options->limit, "List at most this many (default: all)")
+        ->check(CLI::PositiveNumber);
+    command->add_option("--after", options->after,
+                        "Start after this key (the next_after of an earlier page)");
+    command->callback([&global, &exit_code, options] { exit_code = list(global, *options); });
+  }
+  {
+    auto key = std::make_shared<std::string>();
+    auto* command = app.add_subcommand(
+        "force-release", "Free a lock whoever holds it; the holder's `dlock run` stops its command");
+    command->add_option("KEY", *key, "The lock's key")->required();
+    command->callback([&global, &exit_code, key] { exit_code = force_release(global, *key); });
+  }
+}
+
+}  // namespace dlock::cli

@@ -1,1 +1,80 @@
-// placeholder: being written
+// dlock: distributed locks from the shell, in the manner of flock(1). See docs/cli.md.
+
+#include <CLI/CLI.hpp>
+#include <cstdio>
+#include <exception>
+#include <string>
+
+#include "cli/bench_command.hpp"
+#include "cli/cli_common.hpp"
+#include "cli/commands.hpp"
+
+namespace {
+
+int report(int exit_code, const std::string& message) {
+  std::fprintf(stderr, "dlock: %s\n", message.c_str());
+  return exit_code;
+}
+
+int dlock_main(int argc, char** argv) {
+  using namespace dlock::cli;
+
+  CLI::App app{"Distributed locks from the shell, in the manner of flock(1).", "dlock"};
+  // Subcommands hand options they do not know (--url, --json) to the top level, so the
+  // global options work after the subcommand name too.
+  app.fallthrough();
+  app.require_subcommand(1);
+
+  GlobalOptions global;
+  app.add_option("--url", global.url,
+                 "Backend URL, e.g. sqlite:///var/lib/dlock/locks.db (default: $DLOCK_URL, else "
+                 "sqlite:// on a per-user file)")
+      ->type_name("URL");
+  app.add_flag("--json", global.json, "Print machine-readable JSON on stdout");
+
+  int exit_code = kExitOk;
+  add_run_command(app, global, exit_code);
+  add_admin_commands(app, global, exit_code);
+  add_bench_command(app, global, exit_code);
+  // Set after the subcommands are added, which would otherwise inherit it.
+  app.footer(
+      "Exit codes: 0 success (run: the command's status; 128+N if it died by signal N), "
+      "1 lock not obtained in time (run/acquire -E changes it) or release of a hold the owner "
+      "does not have, 64 usage error, 69 backend or configuration error, 75 lock lost while "
+      "the command ran. Environment: DLOCK_URL, the backend URL when --url is not given. "
+      "See docs/cli.md.");
+
+  // Subcommand callbacks run inside parse(), so their exceptions land here too.
+  try {
+    app.parse(argc, argv);
+  } catch (const CLI::CallForHelp& e) {
+    return app.exit(e);
+  } catch (const CLI::CallForAllHelp& e) {
+    return app.exit(e);
+  } catch (const CLI::ParseError& e) {
+    std::string message = e.what();
+    std::string usage = "dlock";
+    for (const auto* command : app.get_subcommands()) usage += " " + command->get_name();
+    if (const auto rest = app.remaining();
+        usage == "dlock" && !rest.empty() && !rest.front().starts_with('-')) {
+      message = "unknown subcommand '" + rest.front() + "'";  // CLI11 would only say one is required
+    }
+    return report(kExitUsage, message + " (see " + usage + " --help)");
+  } catch (const dlock::InvalidArgument& e) {
+    return report(kExitUsage, e.what());
+  } catch (const std::exception& e) {
+    return report(kExitError, e.what());
+  }
+  return exit_code;
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  try {
+    return dlock_main(argc, argv);
+  } catch (...) {  // never a crash, whatever escaped (even from the handlers above)
+    std::fputs("dlock: unexpected internal error\n", stderr);
+    return dlock::cli::kExitError;
+  }
+}

@@ -11,7 +11,6 @@
 
 #include <chrono>
 #include <cstdlib>
-#include <cstring>
 #include <filesystem>
 #include <fstream>
 #include <memory>
@@ -19,6 +18,7 @@
 #include <sstream>
 #include <string>
 #include <string_view>
+#include <system_error>
 #include <thread>
 #include <vector>
 
@@ -72,9 +72,11 @@ class Process {
     posix_spawnattr_setsigmask(&attr, &empty);
     posix_spawnattr_setflags(&attr, POSIX_SPAWN_SETSIGDEF | POSIX_SPAWN_SETSIGMASK);
     std::vector<char*> args;
+    args.reserve(argv.size() + 1);
     for (const auto& arg : argv) args.push_back(const_cast<char*>(arg.c_str()));
     args.push_back(nullptr);
     std::vector<char*> envp;
+    envp.reserve(env.size() + 1);
     for (const auto& var : env) envp.push_back(const_cast<char*>(var.c_str()));
     envp.push_back(nullptr);
     const int rc = ::posix_spawn(&pid_, args[0], &actions, &attr, args.data(), envp.data());
@@ -84,7 +86,8 @@ class Process {
     ::close(err[1]);
     out_fd_ = out[0];
     err_fd_ = err[0];
-    if (rc != 0) throw std::runtime_error("posix_spawn " + command_ + " failed: " + std::strerror(rc));
+    if (rc != 0)
+      throw std::runtime_error("posix_spawn " + command_ + " failed: " + std::generic_category().message(rc));
   }
   Process(const Process&) = delete;
   Process& operator=(const Process&) = delete;

@@ -1,0 +1,56 @@
+#pragma once
+
+// The dlock subcommands other than bench, and the pieces they share (cli_common.cpp).
+
+#include <CLI/CLI.hpp>
+#include <chrono>
+#include <optional>
+#include <string>
+#include <string_view>
+
+#include "cli/cli_common.hpp"
+
+namespace dlock::cli {
+
+// `dlock run`. The subcommand's callback stores its process exit code in `exit_code`.
+void add_run_command(CLI::App& app, const GlobalOptions& global, int& exit_code);
+// `dlock acquire`, `release`, `status`, `list`, `force-release`.
+void add_admin_commands(CLI::App& app, const GlobalOptions& global, int& exit_code);
+
+// How long `run` and `acquire` wait for a busy key.
+struct WaitOptions {
+  std::optional<std::chrono::milliseconds> wait;  // --wait D; unset: forever
+  bool no_wait = false;                           // --no-wait: one attempt
+};
+void add_wait_options(CLI::App& command, WaitOptions& options);
+
+// Adds an option taking "500ms", "30s", "5m"...; a malformed value is a usage error naming
+// the option (its last name). `target` is a std::chrono::milliseconds or an optional of one.
+template <class Target>
+CLI::Option* add_duration_option(CLI::App& command, const std::string& name, Target& target,
+                                 const std::string& description) {
+  return command
+      .add_option_function<std::string>(
+          name,
+          [&target, shown = name.substr(name.rfind(',') + 1)](const std::string& text) {
+            try {
+              target = parse_duration(text);
+            } catch (const Error& e) {
+              throw CLI::ValidationError(shown, e.what());
+            }
+          },
+          description)
+      ->type_name("DURATION");
+}
+
+// Takes `key` as `wait` says: one attempt, a bounded wait, or forever.
+Attempt take_lock(const Client& client, std::string_view key, const WaitOptions& wait,
+                  const LockOptions& options);
+// Why an attempt failed, for stderr: "'k' is held by O (token 7, 1 hold, 12.3s left)".
+std::string conflict_message(std::string_view key, const WaitOptions& wait, const Attempt& attempt);
+// "held by O (token 7, 1 hold, 12.3s left)"
+std::string describe_holder(const LockInfo& holder);
+// "850ms", "10s", "12.3s", "4m05s", "2h03m".
+std::string format_duration(std::chrono::milliseconds duration);
+
+}  // namespace dlock::cli
