@@ -671,7 +671,7 @@ int run_from_flags(const GlobalOptions& global, const Flags& f, bool clients_giv
   }
   if (!a.threads && a.clients > 1 && is_local_url(global)) {
     return usage_error(
-        "--url local:// is in-process: separate processes would each have a store of "
+        "local:// is in-process: separate processes would each have a store of "
         "their own; add --threads");
   }
   return run_bench(global, a);  // main reports what it throws

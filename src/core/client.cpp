@@ -142,15 +142,21 @@ Lease ClientState::make_lease(std::string key, const LockSpec& spec,
     slot = state;
   }
   std::weak_ptr<LeaseState> weak = state;
-  deadlines.schedule(valid_until, state, [this, weak]() -> std::optional<SteadyClock::time_point> {
+  const auto deadline_task = deadlines.schedule(valid_until, [this, weak]() -> std::optional<SteadyClock::time_point> {
     auto locked = weak.lock();
     return locked ? deadline_due(locked) : std::nullopt;
   });
+  core::RenewalScheduler::TaskId renew_task = 0;
   if (spec.auto_renew) {
-    renewals.schedule(sent + spec.ttl / 3, state, [this, weak]() -> std::optional<SteadyClock::time_point> {
+    renew_task = renewals.schedule(sent + spec.ttl / 3, [this, weak]() -> std::optional<SteadyClock::time_point> {
       auto locked = weak.lock();
       return locked ? renew_due(locked) : std::nullopt;
     });
+  }
+  {
+    std::lock_guard lock(state->mutex);
+    state->deadline_task = deadline_task;
+    state->renew_task = renew_task;
   }
   return Lease(shared_from_this(), state, acquired.hold_count);
 }
@@ -223,6 +229,7 @@ void ClientState::mark_lost(LeaseState& state, LossReason reason, std::string me
     state.lost.store(true);
     callbacks.swap(state.callbacks);  // dropped after running: no user object outlives the loss
   }
+  unschedule(state);
   core::log(LogLevel::warning, "lock lost: " + message);
   state.stop.request_stop();
   const LossInfo info{state.key, state.token, reason, std::move(message)};
@@ -233,6 +240,17 @@ void ClientState::mark_lost(LeaseState& state, LossReason reason, std::string me
       core::log(LogLevel::error, std::string("a loss callback threw: ") + e.what());
     }
   }
+}
+
+void ClientState::unschedule(LeaseState& state) {
+  core::RenewalScheduler::TaskId renew_task = 0, deadline_task = 0;
+  {
+    std::lock_guard lock(state.mutex);
+    std::swap(renew_task, state.renew_task);
+    std::swap(deadline_task, state.deadline_task);
+  }
+  if (renew_task != 0) renewals.cancel(renew_task);
+  if (deadline_task != 0) deadlines.cancel(deadline_task);
 }
 
 void ClientState::add_loss_callback(LeaseState& state, std::function<void(const LossInfo&)> callback) {
@@ -257,6 +275,7 @@ void ClientState::drop_hold(const std::shared_ptr<LeaseState>& state) {
     }
   }
   if (!finished) return;
+  unschedule(*state);
   std::lock_guard lock(registry_mutex_);
   const auto it = registry_.find({state->key, state->spec.owner});
   if (it != registry_.end() && (it->second.expired() || it->second.lock() == state)) registry_.erase(it);

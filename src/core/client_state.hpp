@@ -49,6 +49,8 @@ struct LeaseState {
   std::mutex op_mutex;
 
   std::mutex mutex;  // guards the fields below
+  core::RenewalScheduler::TaskId renew_task = 0;
+  core::RenewalScheduler::TaskId deadline_task = 0;
   int local_holds = 0;
   bool finished = false;  // every local hold released or detached: nothing to renew
   std::vector<std::function<void(const LossInfo&)>> callbacks;
@@ -80,6 +82,8 @@ struct ClientState : std::enable_shared_from_this<ClientState> {
   void release(Lease& lease);
   void renew(LeaseState& state, std::chrono::milliseconds ttl);
   void drop_hold(const std::shared_ptr<LeaseState>& state);
+  // Stops renewing and watching a lease that is finished or lost.
+  void unschedule(LeaseState& state);
   // Marks the lease lost once and tells its callbacks and stop token.
   void mark_lost(LeaseState& state, LossReason reason, std::string message);
   static void add_loss_callback(LeaseState& state, std::function<void(const LossInfo&)> callback);

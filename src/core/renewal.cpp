@@ -8,15 +8,33 @@ RenewalScheduler::~RenewalScheduler() {
   if (thread_.get_id() == std::this_thread::get_id()) thread_.detach();
 }
 
-void RenewalScheduler::schedule(Clock::time_point due, std::weak_ptr<void> alive, Task task) {
+RenewalScheduler::TaskId RenewalScheduler::schedule(Clock::time_point due, Task task) {
+  TaskId id = 0;
+  bool earliest = false;
   {
     std::lock_guard lock(shared_->mutex);
-    shared_->queue.push(Entry{due, shared_->next_seq++, std::move(alive), std::move(task)});
+    id = shared_->next_id++;
+    shared_->queue.emplace(Key{due, id}, std::move(task));
+    shared_->due.emplace(id, due);
+    earliest = shared_->queue.begin()->first.second == id;
     if (!thread_.joinable()) {
       thread_ = std::jthread([shared = shared_](std::stop_token stop) { run(shared, stop); });
     }
   }
-  shared_->wake.notify_one();
+  if (earliest) shared_->wake.notify_one();
+  return id;
+}
+
+void RenewalScheduler::cancel(TaskId id) {
+  Task dropped;  // destroyed outside the lock
+  std::lock_guard lock(shared_->mutex);
+  if (shared_->running == id) shared_->running_cancelled = true;
+  const auto it = shared_->due.find(id);
+  if (it == shared_->due.end()) return;
+  const auto node = shared_->queue.find(Key{it->second, id});
+  dropped = std::move(node->second);
+  shared_->queue.erase(node);
+  shared_->due.erase(it);
 }
 
 void RenewalScheduler::run(const std::shared_ptr<Shared>& shared, std::stop_token stop) {
@@ -27,19 +45,23 @@ void RenewalScheduler::run(const std::shared_ptr<Shared>& shared, std::stop_toke
       shared->wake.wait(lock, stop, [&] { return !queue.empty(); });
       continue;
     }
-    const auto due = queue.top().due;
-    if (Clock::now() < due) {
-      shared->wake.wait_until(lock, stop, due, [&] { return queue.top().due < due; });
+    const Key first = queue.begin()->first;
+    if (Clock::now() < first.first) {
+      shared->wake.wait_until(lock, stop, first.first, [&] { return queue.empty() || queue.begin()->first < first; });
       continue;
     }
-    Entry entry = std::move(const_cast<Entry&>(queue.top()));
-    queue.pop();
+    Task task = std::move(queue.begin()->second);
+    queue.erase(queue.begin());
+    shared->due.erase(first.second);
+    shared->running = first.second;
+    shared->running_cancelled = false;
     lock.unlock();
-    std::optional<Clock::time_point> next;
-    if (auto alive = entry.alive.lock()) next = entry.task();
+    const std::optional<Clock::time_point> next = task();
     lock.lock();
-    if (next && !stop.stop_requested()) {
-      queue.push(Entry{*next, shared->next_seq++, std::move(entry.alive), std::move(entry.task)});
+    shared->running = 0;
+    if (next && !shared->running_cancelled && !stop.stop_requested()) {
+      queue.emplace(Key{*next, first.second}, std::move(task));
+      shared->due.emplace(first.second, *next);
     }
   }
 }

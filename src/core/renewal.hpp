@@ -1,17 +1,18 @@
 #pragma once
 
-// One background thread per client that runs timed tasks: lease renewals at about TTL/3 and
-// expiry notices for leases that do not renew. Started on first use.
+// A background thread that runs timed tasks: lease renewals at about TTL/3 and the deadline
+// checks that fire a lease's stop token. Started on first use.
 
 #include <chrono>
 #include <condition_variable>
+#include <cstdint>
 #include <functional>
+#include <map>
 #include <memory>
 #include <mutex>
 #include <optional>
-#include <queue>
 #include <thread>
-#include <vector>
+#include <unordered_map>
 
 namespace dlock::core {
 
@@ -20,35 +21,30 @@ class RenewalScheduler {
   using Clock = std::chrono::steady_clock;
   // Runs when due; returns when to run again, or nothing to drop the task.
   using Task = std::function<std::optional<Clock::time_point>()>;
+  using TaskId = std::uint64_t;
 
   RenewalScheduler() = default;
   RenewalScheduler(const RenewalScheduler&) = delete;
   RenewalScheduler& operator=(const RenewalScheduler&) = delete;
   ~RenewalScheduler();
 
-  // The task is skipped and dropped once `alive` has expired.
-  void schedule(Clock::time_point due, std::weak_ptr<void> alive, Task task);
+  TaskId schedule(Clock::time_point due, Task task);
+  // Drops a task, so a released lease leaves nothing queued behind (leases are taken far
+  // faster than their TTLs run out). Harmless for a task already gone.
+  void cancel(TaskId id);
 
  private:
-  struct Entry {
-    Clock::time_point due;
-    std::uint64_t seq;
-    std::weak_ptr<void> alive;
-    Task task;
-  };
-  struct Later {
-    bool operator()(const Entry& a, const Entry& b) const {
-      return a.due != b.due ? a.due > b.due : a.seq > b.seq;
-    }
-  };
-
+  using Key = std::pair<Clock::time_point, TaskId>;
   // Owned jointly by the scheduler and its thread, so a thread that ends up destroying its
   // own scheduler (a callback dropping the last client reference) never touches freed state.
   struct Shared {
     std::mutex mutex;
     std::condition_variable_any wake;
-    std::priority_queue<Entry, std::vector<Entry>, Later> queue;
-    std::uint64_t next_seq = 0;
+    std::map<Key, Task> queue;
+    std::unordered_map<TaskId, Clock::time_point> due;  // queued tasks only
+    TaskId next_id = 1;
+    TaskId running = 0;
+    bool running_cancelled = false;
   };
   static void run(const std::shared_ptr<Shared>& shared, std::stop_token stop);
 
