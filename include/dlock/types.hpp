@@ -8,6 +8,8 @@
 #include <string>
 #include <vector>
 
+#include "dlock/export.hpp"
+
 namespace dlock {
 
 // Keys are 1..kMaxKeyBytes bytes of valid UTF-8 without control characters (no NUL, no
@@ -47,6 +49,6 @@ struct LossInfo {
   std::string message;
 };
 
-const char* to_string(LossReason reason) noexcept;
+DLOCK_EXPORT const char* to_string(LossReason reason) noexcept;
 
 }  // namespace dlock

@@ -364,7 +364,7 @@ int run_command(const GlobalOptions& global, RunOptions& options) {
 
   // `run` reports a loss itself, saying what it does about it.
   set_log_handler([](LogLevel level, std::string_view message) {
-    if (level < LogLevel::warning || message.starts_with("lock lost: ")) return;
+    if (level < LogLevel::warning) return;  // the loss itself is reported by its callback
     say(std::string(message));
   });
   const Client client = open_client(global);

@@ -230,7 +230,8 @@ void ClientState::mark_lost(LeaseState& state, LossReason reason, std::string me
     callbacks.swap(state.callbacks);  // dropped after running: no user object outlives the loss
   }
   unschedule(state);
-  core::log(LogLevel::warning, "lock lost: " + message);
+  // A holder that registered a callback hears of the loss there; the log is the fallback.
+  core::log(callbacks.empty() ? LogLevel::warning : LogLevel::info, "lock lost: " + message);
   state.stop.request_stop();
   const LossInfo info{state.key, state.token, reason, std::move(message)};
   for (auto& callback : callbacks) {

@@ -505,3 +505,30 @@ TEST_F(CliTest, HelpOnEverySubcommand) {
 }
 
 }  // namespace
+
+// A short contended run across real processes: one JSON line with the spec's fields, and the
+// correctness counters at zero.
+TEST_F(CliTest, BenchContendedPrintsOneJsonLineWithNoLostUpdates) {
+  const Result result = dlock({"bench", "--workload", "contended", "--clients", "3", "--duration", "1"}, 30s);
+  ASSERT_EQ(result.exit_code, 0) << result.err;
+  ASSERT_FALSE(result.out.empty());
+  EXPECT_EQ(result.out.find('\n'), result.out.size() - 1) << "more than one line: " << result.out;
+  const auto line = nlohmann::json::parse(result.out);
+  EXPECT_EQ(line["impl"], "dlock");
+  EXPECT_EQ(line["backend"], "sqlite");
+  EXPECT_EQ(line["workload"], "contended");
+  EXPECT_EQ(line["mode"], "processes");
+  EXPECT_EQ(line["clients"], 3);
+  EXPECT_GT(line["ops"].get<long>(), 0);
+  for (const char* field : {"ops_per_s", "p50_us", "p99_us", "handoff_p50_us", "handoff_p99_us", "ping_p50_us"}) {
+    EXPECT_TRUE(line.contains(field)) << field;
+  }
+  EXPECT_EQ(line["lost_updates"], 0);
+  EXPECT_EQ(line["overlaps"], 0);
+}
+
+TEST_F(CliTest, BenchRefusesAnUnknownWorkload) {
+  const Result result = dlock({"bench", "--workload", "sideways"});
+  EXPECT_EQ(result.exit_code, 64);
+  EXPECT_TRUE(contains(result.err, "workload")) << result.err;
+}
