@@ -1,13 +1,13 @@
 #!/bin/sh
 # Runs the benchmark matrix of docs/bench.md and prints one JSON line per run on stdout.
 #
-#   bench/run_all.sh [DLOCK_BINARY]        default: build-bench/dlock
+#   bench/run_all.sh [DLOCK_BINARY]        default: build/release/dlock (cmake --preset release)
 #
 # Environment: DURATION (seconds of measured work per run, default 10) and SQLITE_URL
 # (default sqlite:///tmp/dlock-bench.db). A failed run is reported on stderr; the others
 # still run, and the script then exits 1.
 set -u
-dlock=${1:-build-bench/dlock}
+dlock=${1:-build/release/dlock}
 duration=${DURATION:-10}
 sqlite=${SQLITE_URL:-sqlite:///tmp/dlock-bench.db}
 status=0
