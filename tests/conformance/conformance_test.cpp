@@ -47,6 +47,21 @@ std::string wait_for_ready(ChildProcess& worker, const std::string& path, std::c
   return text;
 }
 
+// A worker process holding `key` with an auto-renewed lease of `ttl_ms`, as it reported it.
+struct WorkerHolder {
+  ChildProcess process;
+  std::uint64_t token = 0;
+  std::string owner;
+};
+
+WorkerHolder start_holder(const std::string& url, const std::string& key, long ttl_ms,
+                          const std::string& ready) {
+  WorkerHolder holder{ChildProcess({DLOCK_CONFORMANCE_WORKER, "hold", url, key, std::to_string(ttl_ms), ready})};
+  const std::string text = wait_for_ready(holder.process, ready, 30s);
+  std::istringstream(text) >> holder.token >> holder.owner;
+  return holder;
+}
+
 // ---- Mutual exclusion ----
 
 // A read-sleep-write of a shared counter inside the lock loses no update, and every
@@ -247,12 +262,8 @@ TEST_P(Conformance, ExpiryAfterSigkill) {
   const std::string k = key();
   const std::string ready = (temp_dir() / "ready").string();
   Client client = open();
-  ChildProcess holder({DLOCK_CONFORMANCE_WORKER, "hold", url(), k, std::to_string(kTtl.count()), ready});
-  const std::string text = wait_for_ready(holder, ready, 30s);
-  ASSERT_FALSE(text.empty()) << "the holder never reported its lease";
-  std::uint64_t holder_token = 0;
-  std::string holder_owner;
-  std::istringstream(text) >> holder_token >> holder_owner;
+  auto [holder, holder_token, holder_owner] = start_holder(url(), k, kTtl.count(), ready);
+  ASSERT_NE(holder_token, 0u) << "the holder never reported its lease";
 
   const auto info = client.inspect(k);
   ASSERT_TRUE(info);
@@ -287,12 +298,8 @@ TEST_P(Conformance, ForceReleaseSeenByHolderInAnotherProcess) {
   const std::string k = key();
   const std::string ready = (temp_dir() / "ready").string();
   Client admin = open();
-  ChildProcess holder({DLOCK_CONFORMANCE_WORKER, "hold", url(), k, "600", ready});
-  const std::string text = wait_for_ready(holder, ready, 30s);
-  ASSERT_FALSE(text.empty()) << "the holder never reported its lease";
-  std::uint64_t holder_token = 0;
-  std::string holder_owner;
-  std::istringstream(text) >> holder_token >> holder_owner;
+  auto [holder, holder_token, holder_owner] = start_holder(url(), k, 600, ready);
+  ASSERT_NE(holder_token, 0u) << "the holder never reported its lease";
 
   const auto released = admin.force_release(k);
   ASSERT_TRUE(released) << "force_release found nothing held";
