@@ -10,6 +10,7 @@
 #include <fcntl.h>
 #include <fmt/format.h>
 #include <poll.h>
+#include <sched.h>
 #include <signal.h>
 #include <sys/eventfd.h>
 #include <sys/prctl.h>
@@ -97,7 +98,7 @@ class SignalRelay {
   SignalRelay& operator=(const SignalRelay&) = delete;
   ~SignalRelay() { restore(); }
 
-  // Async-signal-safe, for the child between fork and exec.
+  // Async-signal-safe, for the child before its exec.
   void restore() const noexcept {
     for (std::size_t i = 0; i < kSignals.size(); ++i) ::sigaction(kSignals[i], &inherited_[i], nullptr);
   }
@@ -159,7 +160,7 @@ class LossChannel {
 
 // ---- the command ----
 
-// Finds the program as execvp(3) would, before forking, so the child only calls execve.
+// Finds the program as execvp(3) would, before the clone, so the child only calls execve.
 // Returns an empty path and sets `error` (ENOENT or EACCES) when there is none.
 std::string resolve_program(const std::string& name, int& error) {
   error = ENOENT;
@@ -184,8 +185,9 @@ std::string resolve_program(const std::string& name, int& error) {
 
 constexpr const char* kShell = "/bin/sh";
 
-// Everything the child needs, built before fork: between fork and exec, a child of this
-// multithreaded process may only make async-signal-safe calls, so it must not allocate.
+// Everything the child needs, built before the clone: until its exec the child shares this
+// multithreaded process's memory and may only make async-signal-safe calls; it must not
+// allocate.
 struct ExecPlan {
   std::string path;
   std::vector<char*> argv;
@@ -251,7 +253,7 @@ struct ChildSetup {
   if (::getppid() == parent) {
     sigset_t usr1;
     ::sigemptyset(&usr1);
-    ::sigaddset(&usr1, SIGUSR1);  // blocked, like every signal here: the fork happened with all blocked
+    ::sigaddset(&usr1, SIGUSR1);  // blocked, like every signal here: the clone happened with all blocked
     while (::sigwaitinfo(&usr1, nullptr) < 0) {
     }
   }
@@ -265,6 +267,26 @@ struct Spawned {
   int exec_error = 0;
 };
 
+// The command and the sentinel share dlock's memory instead of copying it (clone(CLONE_VM)):
+// copying the page tables of a multithreaded process, and the copy-on-write faults after it,
+// cost more than the rest of starting the command. The command's clone also suspends dlock
+// until the exec (CLONE_VFORK), so its stack is used by one of them at a time. The sentinel
+// runs beside dlock on a stack of its own and touches nothing else; all signals are blocked
+// in both, so no handler can run on shared memory.
+struct SentinelArgs {
+  pid_t parent;
+  pid_t group;
+};
+alignas(64) char g_child_stack[64 * 1024];
+alignas(64) char g_sentinel_stack[16 * 1024];
+SentinelArgs g_sentinel_args{};
+
+extern "C" int child_entry(void* setup) { exec_child(*static_cast<const ChildSetup*>(setup)); }
+extern "C" int sentinel_entry(void* args) {
+  const auto& sentinel = *static_cast<const SentinelArgs*>(args);
+  sentinel_main(sentinel.parent, sentinel.group);
+}
+
 Spawned spawn(const ExecPlan& plan, const SignalRelay& signals, bool take_terminal) {
   int error_pipe[2];
   if (::pipe2(error_pipe, O_CLOEXEC) != 0) fail("pipe2");
@@ -274,15 +296,14 @@ Spawned spawn(const ExecPlan& plan, const SignalRelay& signals, bool take_termin
   ::sigfillset(&all);
   ::pthread_sigmask(SIG_SETMASK, &all, &setup.mask);
   Spawned spawned;
-  spawned.child = ::fork();
-  if (spawned.child == 0) exec_child(setup);
+  spawned.child = ::clone(child_entry, std::end(g_child_stack), CLONE_VM | CLONE_VFORK | SIGCHLD, &setup);
   int fork_errno = errno;
-  // Before the sentinel's fork: a copy of the write end there would delay the EOF below.
+  // Before the sentinel starts: a copy of the write end there would delay the EOF below.
   ::close(error_pipe[1]);
   if (spawned.child > 0) {
     ::setpgid(spawned.child, spawned.child);  // also here, so the group exists for the sentinel
-    spawned.sentinel = ::fork();
-    if (spawned.sentinel == 0) sentinel_main(setup.parent, spawned.child);
+    g_sentinel_args = SentinelArgs{setup.parent, spawned.child};
+    spawned.sentinel = ::clone(sentinel_entry, std::end(g_sentinel_stack), CLONE_VM | SIGCHLD, &g_sentinel_args);
     fork_errno = errno;
   }
   ::pthread_sigmask(SIG_SETMASK, &setup.mask, nullptr);
@@ -297,7 +318,7 @@ Spawned spawn(const ExecPlan& plan, const SignalRelay& signals, bool take_termin
       ::waitpid(spawned.child, nullptr, 0);
     }
     errno = fork_errno;
-    fail("fork");
+    fail("clone");
   }
   return spawned;
 }

@@ -31,7 +31,12 @@ using nlohmann::json;
 using Clock = std::chrono::steady_clock;
 using std::chrono::milliseconds;
 
-constexpr const char* kDlock = DLOCK_BINARY;
+// The binary under test: the one built beside these tests, or DLOCK_TEST_BINARY (CI also runs
+// the suite against the statically linked release build, the one users get).
+const char* const kDlock = [] {
+  const char* other = std::getenv("DLOCK_TEST_BINARY");
+  return other && *other ? other : DLOCK_BINARY;
+}();
 
 struct Result {
   int exit_code = -1;  // 128+N when killed by signal N, as a shell reports it
