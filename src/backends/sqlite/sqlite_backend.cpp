@@ -26,14 +26,17 @@ namespace {
 
 constexpr const char* kName = "sqlite";
 constexpr const char* kFix = "choose a writable directory: sqlite:///path/to/locks.db";
-constexpr long long kSchemaVersion = 1;
+constexpr long long kSchemaVersion = 2;
 constexpr std::chrono::milliseconds kDefaultBusyTimeout{10'000};
 constexpr std::chrono::milliseconds kMaxBusyTimeout{24 * 3'600'000};
 // TTLs beyond a century are stored as a century, so now + ttl cannot overflow 64 bits.
 constexpr std::int64_t kMaxTtlMs = 100LL * 365 * 24 * 3'600'000;
 
-// Tables, the token sequence and its triggers. Idempotent; run inside BEGIN IMMEDIATE.
-// Tokens come from dlock_seq, never from a row, so deleting idle rows cannot repeat a token.
+// Tables, the token floor and its trigger. Idempotent; run inside BEGIN IMMEDIATE.
+// A key's row carries its last token and a takeover adds one; a deleted row's token is kept
+// in dlock_seq, the floor for the next row of any key, so deleting idle rows cannot repeat a
+// token. Only DELETE has a trigger: acquire and release, the hot statements, fire none.
+// Version 1 raised dlock_seq on every insert and update; its triggers are dropped.
 constexpr const char* kSchema = R"sql(
 CREATE TABLE IF NOT EXISTS dlock_meta(k TEXT PRIMARY KEY, v) WITHOUT ROWID;
 CREATE TABLE IF NOT EXISTS dlock_locks(
@@ -46,12 +49,12 @@ CREATE TABLE IF NOT EXISTS dlock_locks(
 ) WITHOUT ROWID;
 CREATE TABLE IF NOT EXISTS dlock_seq(id INTEGER PRIMARY KEY CHECK (id = 0), v INTEGER NOT NULL);
 INSERT OR IGNORE INTO dlock_seq VALUES (0, 0);
-CREATE TRIGGER IF NOT EXISTS dlock_seq_after_insert AFTER INSERT ON dlock_locks
-BEGIN UPDATE dlock_seq SET v = max(v, NEW.token) WHERE id = 0; END;
-CREATE TRIGGER IF NOT EXISTS dlock_seq_after_update AFTER UPDATE OF token ON dlock_locks
-WHEN NEW.token > OLD.token
-BEGIN UPDATE dlock_seq SET v = max(v, NEW.token) WHERE id = 0; END;
-INSERT OR IGNORE INTO dlock_meta VALUES ('schema_version', 1);
+DROP TRIGGER IF EXISTS dlock_seq_after_insert;
+DROP TRIGGER IF EXISTS dlock_seq_after_update;
+CREATE TRIGGER IF NOT EXISTS dlock_seq_after_delete AFTER DELETE ON dlock_locks
+BEGIN UPDATE dlock_seq SET v = max(v, OLD.token) WHERE id = 0; END;
+INSERT OR IGNORE INTO dlock_meta VALUES ('schema_version', 2);
+UPDATE dlock_meta SET v = 2 WHERE k = 'schema_version' AND v = 1;
 )sql";
 
 // Every statement reads the clock once through the MATERIALIZED CTE t(now), so its checks
@@ -60,15 +63,16 @@ INSERT OR IGNORE INTO dlock_meta VALUES ('schema_version', 1);
 enum Sql : std::size_t { kAcquire, kRenew, kRelease, kInspect, kList, kForceRelease, kCollectIdle, kPing, kSqlCount };
 
 constexpr std::array<const char*, kSqlCount> kSql = {
-    // acquire: one UPSERT. A free row (owner '' or expired) goes to the caller with the next
-    // token; the live owner re-enters; anyone else leaves it unchanged. The DO UPDATE always
-    // fires so RETURNING reports the holder too. SET expressions see the old row.
+    // acquire: one UPSERT. A new row takes the token after the floor; a free row (owner '' or
+    // expired) goes to the caller with its token plus one; the live owner re-enters; anyone
+    // else leaves it unchanged. The DO UPDATE always fires so RETURNING reports the holder
+    // too. SET expressions see the old row.
     R"sql(WITH t(now) AS MATERIALIZED (SELECT dlock_now_us())
 INSERT INTO dlock_locks(name, owner, token, hold_count, expires_at, acquired_at)
 SELECT ?1, ?2, (SELECT v FROM dlock_seq WHERE id = 0) + 1, 1, t.now + ?3, t.now FROM t WHERE true
 ON CONFLICT(name) DO UPDATE SET
   owner = CASE WHEN owner = '' OR expires_at <= excluded.acquired_at THEN excluded.owner ELSE owner END,
-  token = CASE WHEN owner = '' OR expires_at <= excluded.acquired_at THEN excluded.token ELSE token END,
+  token = CASE WHEN owner = '' OR expires_at <= excluded.acquired_at THEN token + 1 ELSE token END,
   hold_count = CASE WHEN owner = '' OR expires_at <= excluded.acquired_at THEN 1
                     WHEN owner = excluded.owner THEN hold_count + 1 ELSE hold_count END,
   expires_at = CASE WHEN owner = '' OR expires_at <= excluded.acquired_at OR owner = excluded.owner
@@ -98,7 +102,7 @@ SELECT name, owner, token, hold_count, expires_at - t.now FROM dlock_locks, t
 WHERE name >= ?1 AND name < ?3 AND name <> ?2 AND owner <> '' AND expires_at > t.now
 ORDER BY name LIMIT ?4)sql",
     // force_release deletes the row: DELETE ... RETURNING reports the evicted holder in one
-    // statement, and the global sequence keeps the next token greater.
+    // statement, and the trigger keeps its token as the floor for the key's next row.
     R"sql(WITH t(now) AS MATERIALIZED (SELECT dlock_now_us())
 DELETE FROM dlock_locks WHERE name = ?1 AND owner <> '' AND expires_at > (SELECT now FROM t)
 RETURNING owner, token, hold_count, expires_at - (SELECT now FROM t))sql",
@@ -166,7 +170,7 @@ class Connection {
       sqlite3_busy_handler(db_, &Connection::on_busy, &busy_);
       // One host: a power loss that drops the last commits also killed every holder, so a
       // commit need not fsync (WAL checkpoints still do).
-      exec("PRAGMA synchronous = NORMAL");
+      //
       // Every process that opens the file first rebuilds the WAL index by reading the whole
       // WAL, and a checkpoint on close costs three fsyncs: both would dominate a short-lived
       // `dlock run`. So no checkpoint on close, and a small automatic checkpoint threshold
@@ -174,8 +178,7 @@ class Connection {
       if (const int config = sqlite3_db_config(db_, SQLITE_DBCONFIG_NO_CKPT_ON_CLOSE, 1, nullptr); config != SQLITE_OK) {
         fail(config);
       }
-      exec("PRAGMA wal_autocheckpoint = 32");
-      exec("PRAGMA journal_size_limit = 1048576");
+      exec("PRAGMA synchronous = NORMAL; PRAGMA wal_autocheckpoint = 32; PRAGMA journal_size_limit = 1048576");
       const int fn = sqlite3_create_function_v2(db_, "dlock_now_us", 0, SQLITE_UTF8, nullptr, now_us, nullptr,
                                                 nullptr, nullptr);
       if (fn != SQLITE_OK) fail(fn);
@@ -351,9 +354,19 @@ void create_parent_directories(const std::filesystem::path& file) {
   }
 }
 
+// By default every SQLite page cache starts by carving out 20 page slots and touching each
+// one; the lock file has a handful of pages, and a short-lived `dlock run` pays for every
+// page fault. SQLite accepts this only before it initializes, so it applies when dlock is the
+// first user of SQLite in the process and changes nothing otherwise.
+void skip_page_cache_preallocation() {
+  static std::once_flag once;
+  std::call_once(once, [] { sqlite3_config(SQLITE_CONFIG_PAGECACHE, nullptr, 0, 0); });
+}
+
 class SqliteBackend final : public backend::Backend {
  public:
   SqliteBackend(const std::string& path, int busy_ms) : busy_ms_(busy_ms) {
+    skip_page_cache_preallocation();
     std::error_code ec;
     const auto absolute = std::filesystem::absolute(path, ec).lexically_normal();
     if (ec) path_error("cannot resolve", path, ec.value());
@@ -524,17 +537,25 @@ class SqliteBackend final : public backend::Backend {
                     static_cast<std::uint32_t>(query.int64(first + 2)), ceil_ms(query.int64(first + 3))};
   }
 
-  static bool is_set_up(Connection& connection, const std::string& boot_id) {
+  struct Stamp {
+    long long version = 0;  // 0: a new file
+    std::string boot_id;
+  };
+
+  static Stamp read_stamp(Connection& connection) {
+    Stamp stamp;
     if (sqlite3_table_column_metadata(connection.db(), "main", "dlock_meta", "v", nullptr, nullptr, nullptr, nullptr,
                                       nullptr) != SQLITE_OK) {
-      return false;
+      return stamp;
     }
     Query query(connection,
                 "SELECT (SELECT v FROM dlock_meta WHERE k = 'schema_version'), "
                 "(SELECT v FROM dlock_meta WHERE k = 'boot_id')");
-    bool current = false;
-    query.one_row([&] { current = query.int64(0) == kSchemaVersion && query.text(1) == boot_id; });
-    return current;
+    query.one_row([&] {
+      stamp.version = query.int64(0);
+      stamp.boot_id = query.text(1);
+    });
+    return stamp;
   }
 
   // Concurrent first opens of a new file can get SQLITE_BUSY without the busy handler being
@@ -567,31 +588,27 @@ class SqliteBackend final : public backend::Backend {
       }
     }
     const std::string boot_id = read_boot_id();
-    if (is_set_up(connection, boot_id)) return;  // the common case costs one read, no write lock
+    const Stamp seen = read_stamp(connection);
+    if (seen.version == kSchemaVersion && seen.boot_id == boot_id) return;  // the common case: one read
     connection.exec("BEGIN IMMEDIATE");
-    connection.exec(kSchema);
-    long long version = 0;
-    {
-      Query query(connection, "SELECT v FROM dlock_meta WHERE k = 'schema_version'");
-      query.one_row([&] { version = query.int64(0); });
-    }
-    if (version != kSchemaVersion) {
-      throw ConfigurationError(connection.path() + " has dlock schema version " + std::to_string(version) +
-                                   ", this build knows version " + std::to_string(kSchemaVersion) +
-                                   " (use the matching dlock, or a new file)",
+    const Stamp stamp = read_stamp(connection);  // again, now that no one else can change it
+    if (stamp.version > kSchemaVersion) {
+      throw ConfigurationError(connection.path() + " has dlock schema version " + std::to_string(stamp.version) +
+                                   ", this build knows versions up to " + std::to_string(kSchemaVersion) +
+                                   " (use a newer dlock, or a new file)",
                                kName);
     }
-    std::string stored;
-    {
-      Query query(connection, "SELECT v FROM dlock_meta WHERE k = 'boot_id'");
-      query.one_row([&] { stored = query.text(0); });
-    }
+    connection.exec(kSchema);
+    const std::string& stored = stamp.boot_id;
     if (stored != boot_id) {
       // CLOCK_BOOTTIME restarted, and every holder died with the old boot.
       connection.exec("UPDATE dlock_locks SET owner = '', hold_count = 0, expires_at = 0 WHERE owner <> ''");
       // A power loss may have dropped the last commits (synchronous=NORMAL), and with them
       // tokens already handed out: jump far past anything the old boot could have issued.
-      if (!stored.empty()) connection.exec("UPDATE dlock_seq SET v = v + 4294967296 WHERE id = 0");
+      if (!stored.empty()) {
+        connection.exec("UPDATE dlock_locks SET token = token + 4294967296");
+        connection.exec("UPDATE dlock_seq SET v = v + 4294967296 WHERE id = 0");
+      }
       Query store(connection, "INSERT OR REPLACE INTO dlock_meta VALUES ('boot_id', ?1)");
       store.bind(1, boot_id);
       store.one_row([] {});

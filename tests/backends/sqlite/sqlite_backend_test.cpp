@@ -88,7 +88,7 @@ std::string boot_id() {
 class Raw {
  public:
   explicit Raw(const std::string& path) {
-    if (sqlite3_open_v2(path.c_str(), &db_, SQLITE_OPEN_READWRITE, nullptr) != SQLITE_OK) {
+    if (sqlite3_open_v2(path.c_str(), &db_, SQLITE_OPEN_READWRITE | SQLITE_OPEN_CREATE, nullptr) != SQLITE_OK) {
       ADD_FAILURE() << "cannot open " << path;
     }
   }
@@ -143,10 +143,10 @@ TEST_F(SqliteBackend, CreatesSchemaOnFirstUse) {
   EXPECT_EQ(backend->name(), "sqlite");
   EXPECT_EQ(backend->max_key_bytes(), kMaxKeyBytes);
   Raw raw(db_);
-  EXPECT_EQ(raw.scalar("SELECT count(*) FROM sqlite_schema WHERE name IN "
-                       "('dlock_meta', 'dlock_locks', 'dlock_seq', 'dlock_seq_after_insert', 'dlock_seq_after_update')"),
-            "5");
-  EXPECT_EQ(raw.scalar("SELECT v FROM dlock_meta WHERE k = 'schema_version'"), "1");
+  EXPECT_EQ(raw.scalar("SELECT group_concat(name, ' ') FROM (SELECT name FROM sqlite_schema "
+                       "WHERE name NOT LIKE 'sqlite_%' ORDER BY name)"),
+            "dlock_locks dlock_meta dlock_seq dlock_seq_after_delete");
+  EXPECT_EQ(raw.scalar("SELECT v FROM dlock_meta WHERE k = 'schema_version'"), "2");
   EXPECT_EQ(raw.scalar("SELECT v FROM dlock_meta WHERE k = 'boot_id'"), boot_id());
   EXPECT_EQ(raw.scalar("SELECT v FROM dlock_seq WHERE id = 0"), "0");
   EXPECT_EQ(raw.scalar("PRAGMA journal_mode"), "wal");
@@ -255,8 +255,62 @@ TEST_F(SqliteBackend, TokensStrictlyIncreaseAcrossReleaseExpiryForceReleaseColle
   backend.reset();
   backend = open_db(db_);
   tokens.push_back(must_acquire(*backend, "k", "f").token);
-  tokens.push_back(must_acquire(*backend, "other-key", "f").token);
   for (std::size_t i = 1; i < tokens.size(); ++i) EXPECT_GT(tokens[i], tokens[i - 1]) << "acquisition " << i;
+}
+
+// The schema dlock 0.1 created: dlock_seq raised by triggers on every insert and update.
+constexpr const char* kVersion1Schema = R"sql(
+CREATE TABLE dlock_meta(k TEXT PRIMARY KEY, v) WITHOUT ROWID;
+CREATE TABLE dlock_locks(name TEXT PRIMARY KEY, owner TEXT NOT NULL, token INTEGER NOT NULL,
+  hold_count INTEGER NOT NULL, expires_at INTEGER NOT NULL, acquired_at INTEGER NOT NULL) WITHOUT ROWID;
+CREATE TABLE dlock_seq(id INTEGER PRIMARY KEY CHECK (id = 0), v INTEGER NOT NULL);
+CREATE TRIGGER dlock_seq_after_insert AFTER INSERT ON dlock_locks
+BEGIN UPDATE dlock_seq SET v = max(v, NEW.token) WHERE id = 0; END;
+CREATE TRIGGER dlock_seq_after_update AFTER UPDATE OF token ON dlock_locks
+WHEN NEW.token > OLD.token BEGIN UPDATE dlock_seq SET v = max(v, NEW.token) WHERE id = 0; END;
+INSERT INTO dlock_meta VALUES ('schema_version', 1);
+INSERT INTO dlock_seq VALUES (0, 41);
+INSERT INTO dlock_locks VALUES ('held', 'old-owner', 40, 1, 9223372036854775807, 0);
+INSERT INTO dlock_locks VALUES ('free', '', 41, 0, 0, 0);
+)sql";
+
+TEST_F(SqliteBackend, VersionOneFileIsUpgradedKeepingLeasesAndTokens) {
+  {
+    Raw raw(db_);
+    ASSERT_EQ(raw.exec("PRAGMA journal_mode = WAL"), SQLITE_OK);
+    ASSERT_EQ(raw.exec(kVersion1Schema), SQLITE_OK);
+    ASSERT_EQ(raw.exec("INSERT INTO dlock_meta VALUES ('boot_id', '" + boot_id() + "')"), SQLITE_OK);
+  }
+  auto backend = open_db(db_);
+  Raw raw(db_);
+  EXPECT_EQ(raw.scalar("SELECT v FROM dlock_meta WHERE k = 'schema_version'"), "2");
+  EXPECT_EQ(raw.scalar("SELECT group_concat(name, ' ') FROM (SELECT name FROM sqlite_schema "
+                       "WHERE type = 'trigger' ORDER BY name)"),
+            "dlock_seq_after_delete");
+  const auto held = backend->inspect("held");  // the upgrade took no lease away
+  ASSERT_TRUE(held);
+  EXPECT_EQ(held->owner, "old-owner");
+  EXPECT_EQ(held->token, 40u);
+  EXPECT_GT(must_acquire(*backend, "free", "a").token, 41u);
+  EXPECT_GT(must_acquire(*backend, "new-key", "a").token, 41u);
+}
+
+TEST_F(SqliteBackend, FileOfALaterSchemaVersionIsRefusedUntouched) {
+  {
+    Raw raw(db_);
+    ASSERT_EQ(raw.exec("CREATE TABLE dlock_meta(k TEXT PRIMARY KEY, v) WITHOUT ROWID;"
+                       "INSERT INTO dlock_meta VALUES ('schema_version', 99)"),
+              SQLITE_OK);
+  }
+  try {
+    open_db(db_);
+    ADD_FAILURE() << "a version 99 file was accepted";
+  } catch (const ConfigurationError& e) {
+    EXPECT_NE(std::string(e.what()).find("schema version 99"), std::string::npos) << e.what();
+    EXPECT_NE(std::string(e.what()).find("use a newer dlock"), std::string::npos) << e.what();
+  }
+  Raw raw(db_);
+  EXPECT_EQ(raw.scalar("SELECT count(*) FROM sqlite_schema"), "1");
 }
 
 TEST_F(SqliteBackend, ForceReleaseReportsTheEvictedHolderAndFreesTheKey) {
