@@ -544,10 +544,14 @@ class SqliteBackend final : public backend::Backend {
 
   static Stamp read_stamp(Connection& connection) {
     Stamp stamp;
-    if (sqlite3_table_column_metadata(connection.db(), "main", "dlock_meta", "v", nullptr, nullptr, nullptr, nullptr,
-                                      nullptr) != SQLITE_OK) {
-      return stamp;
+    // Asked of sqlite_schema itself: a connection's cached schema can predate tables that
+    // another process has just created (sqlite3_table_column_metadata trusts that cache).
+    bool exists = false;
+    {
+      Query query(connection, "SELECT EXISTS (SELECT 1 FROM sqlite_schema WHERE type = 'table' AND name = 'dlock_meta')");
+      query.one_row([&] { exists = query.int64(0) != 0; });
     }
+    if (!exists) return stamp;
     Query query(connection,
                 "SELECT (SELECT v FROM dlock_meta WHERE k = 'schema_version'), "
                 "(SELECT v FROM dlock_meta WHERE k = 'boot_id')");
