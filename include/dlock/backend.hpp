@@ -37,11 +37,17 @@
 
 namespace dlock::backend {
 
+class WakeChannel;
+
 struct AcquireRequest {
   std::string_view key;
   std::string_view owner;
   std::chrono::milliseconds ttl;
   std::string_view ticket;  // empty, or the ticket of an earlier Enqueued answer
+  // The channel this waiting call armed before the attempt (null on a first attempt or a
+  // try_lock). A backend may make the attempt through it: MySQL passes the doorbell a woken
+  // waiter holds straight to the new holder.
+  WakeChannel* wake = nullptr;
 };
 
 // The key is ours. A new acquisition has hold_count 1 and a fresh fencing token, strictly

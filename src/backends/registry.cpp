@@ -5,6 +5,9 @@
 #if DLOCK_WITH_SQLITE
 #include "backends/sqlite/sqlite_backend.hpp"
 #endif
+#if DLOCK_WITH_MYSQL
+#include "backends/mysql/mysql_backend.hpp"
+#endif
 
 namespace dlock::backends {
 
@@ -13,9 +16,15 @@ std::shared_ptr<backend::Backend> open_backend(const core::Url& url) {
 #if DLOCK_WITH_SQLITE
   if (url.scheme == "sqlite") return make_sqlite_backend(url);
 #endif
+#if DLOCK_WITH_MYSQL
+  if (url.scheme == "mysql" || url.scheme == "mariadb") return make_mysql_backend(url);
+#endif
   std::string built_in = "local://";
 #if DLOCK_WITH_SQLITE
   built_in += ", sqlite://PATH";
+#endif
+#if DLOCK_WITH_MYSQL
+  built_in += ", mysql://USER:PASSWORD@HOST:PORT/DATABASE";
 #endif
   throw ConfigurationError("unknown backend '" + url.scheme + "://' in URL " + url.redacted() +
                            " (this build supports: " + built_in + ")");

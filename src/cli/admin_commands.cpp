@@ -15,6 +15,9 @@
 #include <vector>
 
 #include "cli/commands.hpp"
+#if DLOCK_WITH_MYSQL
+#include "backends/mysql/mysql_backend.hpp"
+#endif
 
 namespace dlock::cli {
 namespace {
@@ -249,6 +252,16 @@ void add_admin_commands(CLI::App& app, const GlobalOptions& global, int& exit_co
     command->add_option("KEY", *key, "The lock's key")->required();
     command->callback([&global, &exit_code, key] { exit_code = force_release(global, *key); });
   }
+#if DLOCK_WITH_MYSQL
+  {
+    auto* schema = app.add_subcommand("schema", "Print the DDL of a backend's tables, for DBAs who create them");
+    schema->require_subcommand(1);
+    auto table = std::make_shared<std::string>("dlock_locks");
+    auto* mysql = schema->add_subcommand("mysql", "The lease table of mysql:// (and its token-floor table)");
+    mysql->add_option("--table", *table, "The table name, as in the URL's table= option")->capture_default_str();
+    mysql->callback([table] { std::fputs(backends::mysql_lease_schema(*table).c_str(), stdout); });
+  }
+#endif
 }
 
 }  // namespace dlock::cli

@@ -88,7 +88,7 @@ Attempt ClientState::acquire_until(std::string_view key, const LockOptions& opti
   for (;;) {
     if (wake) wake->arm();
     const auto sent = SteadyClock::now();
-    auto result = backend->acquire({key, spec.owner, spec.ttl, ticket});
+    auto result = backend->acquire({key, spec.owner, spec.ttl, ticket, wake.get()});
     if (auto* acquired = std::get_if<backend::Acquired>(&result)) {
       guard.keep = true;
       return Attempt(make_lease(std::string(key), spec, *acquired, sent));

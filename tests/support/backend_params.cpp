@@ -70,7 +70,15 @@ std::vector<BackendParam> all_backends() {
     std::string name = sanitize(scheme);
     if (const int n = ++seen[name]; n > 1) name += "_" + std::to_string(n);
     p.name = name;
-    p.make_url = [url](const std::filesystem::path&) { return url; };
+    if (scheme == "mysql" || scheme == "mariadb") {
+      // A table of its own per test, so tests running side by side never share keys.
+      p.make_url = [url](const std::filesystem::path& temp_dir) {
+        const std::string table = "t_" + sanitize(temp_dir.filename().string());
+        return url + (url.find('?') == std::string::npos ? "?" : "&") + "table=" + table.substr(0, 60);
+      };
+    } else {
+      p.make_url = [url](const std::filesystem::path&) { return url; };
+    }
     p.spans_processes = scheme != "local";  // every server-backed store spans processes
     params.push_back(std::move(p));
   }

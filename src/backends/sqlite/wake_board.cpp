@@ -13,6 +13,7 @@
 #include <ctime>
 #include <thread>
 
+#include "core/stable_hash.hpp"
 #include "dlock/errors.hpp"
 
 namespace dlock::backends::sqlite {
@@ -91,18 +92,7 @@ class BoardChannel final : public backend::WakeChannel {
 }  // namespace
 
 WakeBoard::Spot WakeBoard::locate(std::string_view key) noexcept {
-  // FNV-1a 64, then the murmur3 finalizer so that slot and bit come from well-mixed,
-  // independent bits (raw FNV-1a mixes its low bits poorly). Stable across builds and hosts.
-  std::uint64_t h = 14695981039346656037ull;
-  for (const unsigned char c : key) {
-    h ^= c;
-    h *= 1099511628211ull;
-  }
-  h ^= h >> 33;
-  h *= 0xff51afd7ed558ccdull;
-  h ^= h >> 33;
-  h *= 0xc4ceb9fe1a85ec53ull;
-  h ^= h >> 33;
+  const std::uint64_t h = core::stable_hash(key);  // part of the on-disk format
   return Spot{static_cast<std::size_t>(h % kSlots), std::uint32_t{1} << ((h >> 16) % 32)};
 }
 

@@ -1,0 +1,239 @@
+#include "backends/mysql/connection.hpp"
+
+#include <errmsg.h>
+
+#include <algorithm>
+#include <cstring>
+
+namespace dlock::backends::mysql {
+namespace {
+
+unsigned whole_seconds(std::chrono::milliseconds d) {
+  return static_cast<unsigned>(std::max<long long>(1, (d.count() + 999) / 1000));
+}
+
+bool breaks_connection(unsigned code) {
+  return code == CR_SERVER_GONE_ERROR || code == CR_SERVER_LOST || code == CR_CONN_HOST_ERROR ||
+         code == CR_CONNECTION_ERROR || code == CR_COMMANDS_OUT_OF_SYNC || code == 1927 /* ER_CONNECTION_KILLED */ ||
+         code == 1053 /* ER_SERVER_SHUTDOWN */;
+}
+
+}  // namespace
+
+Connection::Connection(const ConnectOptions& options) {
+  mysql_ = mysql_init(nullptr);
+  if (!mysql_) throw SqlError{CR_OUT_OF_MEMORY, "out of memory", true, false};
+  const unsigned connect_s = whole_seconds(options.connect_timeout);
+  const unsigned read_s = whole_seconds(options.read_timeout);
+  const unsigned write_s = whole_seconds(options.write_timeout);
+  mysql_options(mysql_, MYSQL_OPT_CONNECT_TIMEOUT, &connect_s);
+  mysql_options(mysql_, MYSQL_OPT_READ_TIMEOUT, &read_s);
+  mysql_options(mysql_, MYSQL_OPT_WRITE_TIMEOUT, &write_s);
+  mysql_options(mysql_, MYSQL_SET_CHARSET_NAME, "utf8mb4");
+  if (options.ssl_mode != "disabled" && options.ssl_mode != "preferred") {
+    const my_bool enforce = 1;
+    mysql_options(mysql_, MYSQL_OPT_SSL_ENFORCE, &enforce);
+    if (options.ssl_mode == "verify-ca" || options.ssl_mode == "verify-identity") {
+      const my_bool verify = 1;
+      mysql_options(mysql_, MYSQL_OPT_SSL_VERIFY_SERVER_CERT, &verify);
+    }
+  }
+  if (!options.ssl_ca.empty()) mysql_options(mysql_, MYSQL_OPT_SSL_CA, options.ssl_ca.c_str());
+  // No CLIENT_FOUND_ROWS: statements read "changed" row counts (0 means untouched).
+  if (!mysql_real_connect(mysql_, options.host.c_str(), options.user.c_str(), options.password.c_str(),
+                          options.database.c_str(), options.port, nullptr, 0)) {
+    SqlError error{mysql_errno(mysql_), mysql_error(mysql_), true, false};
+    mysql_close(mysql_);
+    throw error;
+  }
+  id_ = mysql_thread_id(mysql_);
+  // Read committed: an acquire reads the token floor without locking it, and no gap locks
+  // turn concurrent first acquisitions of new keys into deadlocks.
+  run("SET SESSION TRANSACTION ISOLATION LEVEL READ COMMITTED");
+}
+
+Connection::~Connection() {
+  for (auto& [sql, statement] : statements_) mysql_stmt_close(statement);
+  mysql_close(mysql_);
+}
+
+void Connection::run(const std::string& sql) {
+  if (mysql_real_query(mysql_, sql.data(), sql.size()) != 0) fail_connection(true);
+  if (MYSQL_RES* result = mysql_store_result(mysql_)) mysql_free_result(result);
+}
+
+MYSQL_STMT* Connection::prepared(const std::string& sql) {
+  if (auto it = statements_.find(sql); it != statements_.end()) return it->second;
+  MYSQL_STMT* statement = mysql_stmt_init(mysql_);
+  if (!statement) fail_connection(false);
+  if (mysql_stmt_prepare(statement, sql.data(), sql.size()) != 0) {
+    SqlError error{mysql_stmt_errno(statement), mysql_stmt_error(statement)};
+    mysql_stmt_close(statement);
+    error.connection_broken = breaks_connection(error.code);
+    broken_ = broken_ || error.connection_broken;
+    throw error;
+  }
+  statements_.emplace(sql, statement);
+  return statement;
+}
+
+void Connection::bind_and_execute(MYSQL_STMT* statement, std::initializer_list<Param> params) {
+  std::vector<MYSQL_BIND> binds(params.size());
+  std::vector<unsigned long> lengths(params.size());
+  std::size_t i = 0;
+  for (const Param& p : params) {
+    MYSQL_BIND& b = binds[i];
+    std::memset(&b, 0, sizeof b);
+    if (p.is_number) {
+      b.buffer_type = MYSQL_TYPE_LONGLONG;
+      b.buffer = const_cast<std::int64_t*>(&p.number);
+    } else {
+      lengths[i] = p.text.size();
+      b.buffer_type = MYSQL_TYPE_STRING;
+      b.buffer = const_cast<char*>(p.text.empty() ? "" : p.text.data());
+      b.buffer_length = lengths[i];
+      b.length = &lengths[i];
+    }
+    ++i;
+  }
+  // The library keeps pointers to the lengths and the texts: execute while they live.
+  if (mysql_stmt_bind_param(statement, binds.data()) != 0) fail_statement(statement, false);
+  if (mysql_stmt_execute(statement) != 0) fail_statement(statement, true);
+}
+
+Outcome Connection::execute(const std::string& sql, std::initializer_list<Param> params) {
+  MYSQL_STMT* statement = prepared(sql);
+  bind_and_execute(statement, params);
+  return Outcome{mysql_stmt_affected_rows(statement), mysql_stmt_insert_id(statement)};
+}
+
+std::vector<Row> Connection::query(const std::string& sql, std::initializer_list<Param> params) {
+  MYSQL_STMT* statement = prepared(sql);
+  bind_and_execute(statement, params);
+  const unsigned columns = mysql_stmt_field_count(statement);
+  std::vector<MYSQL_BIND> results(columns);
+  std::vector<std::string> buffers(columns, std::string(256, '\0'));
+  std::vector<unsigned long> lengths(columns);
+  std::vector<my_bool> nulls(columns);
+  for (unsigned c = 0; c < columns; ++c) {
+    std::memset(&results[c], 0, sizeof results[c]);
+    results[c].buffer_type = MYSQL_TYPE_STRING;
+    results[c].buffer = buffers[c].data();
+    results[c].buffer_length = buffers[c].size();
+    results[c].length = &lengths[c];
+    results[c].is_null = &nulls[c];
+  }
+  if (mysql_stmt_bind_result(statement, results.data()) != 0) fail_statement(statement, true);
+  std::vector<Row> rows;
+  for (;;) {
+    const int rc = mysql_stmt_fetch(statement);
+    if (rc == MYSQL_NO_DATA) break;
+    if (rc == 1) fail_statement(statement, true);
+    Row row(columns);
+    for (unsigned c = 0; c < columns; ++c) {
+      if (nulls[c]) continue;
+      std::string value(lengths[c], '\0');
+      if (lengths[c] <= buffers[c].size()) {
+        std::memcpy(value.data(), buffers[c].data(), lengths[c]);
+      } else {  // longer than the buffer (MYSQL_DATA_TRUNCATED): fetch the whole column
+        MYSQL_BIND whole{};
+        whole.buffer_type = MYSQL_TYPE_STRING;
+        whole.buffer = value.data();
+        whole.buffer_length = value.size();
+        if (mysql_stmt_fetch_column(statement, &whole, c, 0) != 0) fail_statement(statement, true);
+      }
+      row[c] = std::move(value);
+    }
+    rows.push_back(std::move(row));
+  }
+  mysql_stmt_free_result(statement);
+  return rows;
+}
+
+void Connection::fail_statement(MYSQL_STMT* statement, bool sent) {
+  SqlError error{mysql_stmt_errno(statement), mysql_stmt_error(statement)};
+  error.connection_broken = breaks_connection(error.code);
+  // Gone before the request left ("server has gone away" on write) changed nothing; a
+  // connection lost while waiting for the answer may have run it.
+  error.maybe_applied = sent && error.connection_broken && error.code != CR_SERVER_GONE_ERROR;
+  broken_ = broken_ || error.connection_broken;
+  if (!error.connection_broken) mysql_stmt_reset(statement);
+  throw error;
+}
+
+void Connection::fail_connection(bool sent) {
+  SqlError error{mysql_errno(mysql_), mysql_error(mysql_)};
+  error.connection_broken = breaks_connection(error.code);
+  error.maybe_applied = sent && error.connection_broken && error.code != CR_SERVER_GONE_ERROR;
+  broken_ = broken_ || error.connection_broken;
+  throw error;
+}
+
+Pool::Lease Pool::take() {
+  {
+    std::lock_guard lock(mutex_);
+    if (!idle_.empty()) {
+      auto connection = std::move(idle_.back());
+      idle_.pop_back();
+      busy_[connection->id()] = true;
+      return Lease(*this, std::move(connection));
+    }
+  }
+  auto connection = std::make_unique<Connection>(options_);
+  std::lock_guard lock(mutex_);
+  busy_[connection->id()] = true;
+  return Lease(*this, std::move(connection));
+}
+
+Pool::Lease Pool::take_excluding(const std::vector<std::uint64_t>& ids) {
+  {
+    std::lock_guard lock(mutex_);
+    const auto it = std::find_if(idle_.begin(), idle_.end(), [&](const auto& c) {
+      return std::find(ids.begin(), ids.end(), c->id()) == ids.end();
+    });
+    if (it != idle_.end()) {
+      auto connection = std::move(*it);
+      idle_.erase(it);
+      busy_[connection->id()] = true;
+      return Lease(*this, std::move(connection));
+    }
+  }
+  auto connection = std::make_unique<Connection>(options_);
+  std::lock_guard lock(mutex_);
+  busy_[connection->id()] = true;
+  return Lease(*this, std::move(connection));
+}
+
+Pool::Lease Pool::take(std::uint64_t id) {
+  std::unique_lock lock(mutex_);
+  for (;;) {
+    const auto known = busy_.find(id);
+    if (known == busy_.end()) break;  // closed since: any connection will do
+    if (!known->second) {
+      const auto it = std::find_if(idle_.begin(), idle_.end(), [&](const auto& c) { return c->id() == id; });
+      auto connection = std::move(*it);
+      idle_.erase(it);
+      known->second = true;
+      return Lease(*this, std::move(connection));
+    }
+    returned_.wait(lock);
+  }
+  lock.unlock();
+  return take();
+}
+
+void Pool::give_back(std::unique_ptr<Connection> connection) {
+  {
+    std::lock_guard lock(mutex_);
+    if (connection->broken()) {
+      busy_.erase(connection->id());
+    } else {
+      busy_[connection->id()] = false;
+      idle_.push_back(std::move(connection));
+    }
+  }
+  returned_.notify_all();
+  // A broken connection is closed here, outside the lock.
+}
+
+}  // namespace dlock::backends::mysql

@@ -1,0 +1,138 @@
+#pragma once
+
+// One MariaDB Connector/C session with its prepared statements, and a pool of them. Used by
+// one thread at a time; the pool hands connections out.
+
+#include <mysql.h>
+
+#include <chrono>
+#include <condition_variable>
+#include <cstdint>
+#include <memory>
+#include <mutex>
+#include <optional>
+#include <string>
+#include <string_view>
+#include <unordered_map>
+#include <vector>
+
+namespace dlock::backends::mysql {
+
+struct ConnectOptions {
+  std::string host;
+  std::uint16_t port = 3306;
+  std::string user;
+  std::string password;
+  std::string database;
+  std::chrono::milliseconds connect_timeout{5'000};
+  std::chrono::milliseconds read_timeout{30'000};
+  std::chrono::milliseconds write_timeout{30'000};
+  std::string ssl_mode = "preferred";  // disabled | preferred | required | verify-ca | verify-identity
+  std::string ssl_ca;
+  std::string redacted_url;  // for messages: the URL without its password
+};
+
+// A parameter of a prepared statement: text (bound as bytes) or an integer.
+struct Param {
+  Param(std::string_view text_) : text(text_) {}  // NOLINT(google-explicit-constructor)
+  Param(const std::string& text_) : text(text_) {}  // NOLINT(google-explicit-constructor)
+  Param(std::int64_t number_) : number(number_), is_number(true) {}  // NOLINT(google-explicit-constructor)
+  std::string_view text;
+  std::int64_t number = 0;
+  bool is_number = false;
+};
+
+// The outcome of a statement: affected rows and the OK packet's insert id (LAST_INSERT_ID(x)).
+struct Outcome {
+  std::uint64_t affected = 0;
+  std::uint64_t insert_id = 0;
+};
+
+// A result row: every column as text, NULL as nullopt.
+using Row = std::vector<std::optional<std::string>>;
+
+// Thrown for a server error; `code` is the MySQL error number, `maybe_applied` says whether
+// the statement may have taken effect (the connection broke after it was sent).
+struct SqlError {
+  unsigned code = 0;
+  std::string message;
+  bool connection_broken = false;
+  bool maybe_applied = false;
+};
+
+class Connection {
+ public:
+  // Connects; throws SqlError.
+  explicit Connection(const ConnectOptions& options);
+  ~Connection();
+  Connection(const Connection&) = delete;
+  Connection& operator=(const Connection&) = delete;
+
+  // Runs a prepared statement (prepared once per connection, by its text). Throws SqlError.
+  Outcome execute(const std::string& sql, std::initializer_list<Param> params);
+  // Runs a prepared SELECT and returns its rows.
+  std::vector<Row> query(const std::string& sql, std::initializer_list<Param> params);
+  // A plain statement without parameters (DDL, SET).
+  void run(const std::string& sql);
+
+  bool broken() const noexcept { return broken_; }
+  std::uint64_t id() const noexcept { return id_; }
+
+ private:
+  MYSQL_STMT* prepared(const std::string& sql);
+  void bind_and_execute(MYSQL_STMT* statement, std::initializer_list<Param> params);
+  [[noreturn]] void fail_statement(MYSQL_STMT* statement, bool sent);
+  [[noreturn]] void fail_connection(bool sent);
+
+  MYSQL* mysql_ = nullptr;
+  std::uint64_t id_ = 0;
+  bool broken_ = false;
+  std::unordered_map<std::string, MYSQL_STMT*> statements_;
+};
+
+// Connections are opened on demand and kept for reuse; a broken one is dropped on return.
+// A connection can be taken by identity (the one holding a doorbell) when it is idle.
+class Pool {
+ public:
+  explicit Pool(ConnectOptions options) : options_(std::move(options)) {}
+
+  class Lease;
+  // Any idle connection, or a new one. Throws SqlError when connecting fails.
+  Lease take();
+  // An idle connection whose id is not listed, or a new one.
+  Lease take_excluding(const std::vector<std::uint64_t>& ids);
+  // The connection with this id if it is still open (waiting while another thread uses it);
+  // otherwise any connection.
+  Lease take(std::uint64_t id);
+
+  const ConnectOptions& options() const noexcept { return options_; }
+
+ private:
+  friend class Lease;
+  void give_back(std::unique_ptr<Connection> connection);
+
+  ConnectOptions options_;
+  std::mutex mutex_;
+  std::condition_variable returned_;
+  std::vector<std::unique_ptr<Connection>> idle_;
+  std::unordered_map<std::uint64_t, bool> busy_;  // ids of open connections in use
+};
+
+class Pool::Lease {
+ public:
+  Lease(Pool& pool, std::unique_ptr<Connection> connection) : pool_(&pool), connection_(std::move(connection)) {}
+  Lease(Lease&& other) noexcept = default;
+  Lease& operator=(Lease&&) = delete;
+  Lease(const Lease&) = delete;
+  ~Lease() {
+    if (connection_) pool_->give_back(std::move(connection_));
+  }
+  Connection* operator->() const noexcept { return connection_.get(); }
+  Connection& operator*() const noexcept { return *connection_; }
+
+ private:
+  Pool* pool_;
+  std::unique_ptr<Connection> connection_;
+};
+
+}  // namespace dlock::backends::mysql
