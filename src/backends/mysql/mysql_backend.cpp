@@ -102,7 +102,8 @@ struct LeaseSql {
     raise_floor = "UPDATE " + seq + " SET v = GREATEST(v, (SELECT COALESCE(MAX(token), 0) FROM " + t +
                   " WHERE owner = '' OR expires_at <= ?)) WHERE id = 0";
     delete_idle = "DELETE FROM " + t + " WHERE owner = '' OR expires_at <= ?";
-    probe = "SELECT token FROM " + t + " WHERE name = '' LIMIT 0";
+    // The last thing the DDL creates: a concurrent first user may have made only the tables.
+    probe = "SELECT v FROM " + seq + " WHERE id = 0";
   }
 
   std::string acquire, conflict, reentered, renew, release, drop_bell, inspect, list_bounded, list_open, force_release,
@@ -170,9 +171,9 @@ class DoorbellChannel final : public backend::WakeChannel {
   Connection& connection() { return *connection_; }
   std::uint64_t connection_id() const { return connection_->id(); }
   const std::string& bell() const { return bell_; }
-  // The attempt that used this channel took the key: the bell now belongs to the lease.
-  void hand_over() noexcept { holds_bell_ = false; }
-  void bell_taken_for_nothing() noexcept { holds_bell_ = false; }
+  // The attempt made through this channel settled the bell: it went to the new lease, or the
+  // conflict report gave it back.
+  void bell_settled() noexcept { holds_bell_ = false; }
 
  private:
   void drop() noexcept;
@@ -213,7 +214,7 @@ class MysqlBackend final : public backend::Backend {
     if (outcome.affected == 1 || (outcome.affected == 2 && outcome.insert_id != 0)) {
       // A fresh row (its token is the floor plus one) or a takeover (the token plus one).
       remember(request.key, request.owner, connection->id());
-      if (channel) channel->hand_over();
+      if (channel) channel->bell_settled();
       return backend::Acquired{outcome.insert_id, 1};
     }
     if (outcome.affected == 2) {  // a re-entry
@@ -221,12 +222,12 @@ class MysqlBackend final : public backend::Backend {
         return connection->query(sql_.reentered, {request.key, request.owner});
       });
       if (rows.empty()) throw BackendError("a re-entry of '" + std::string(request.key) + "' left no row", kName);
-      if (channel) channel->hand_over();
+      if (channel) channel->bell_settled();
       return backend::Acquired{to_u64(rows[0][0]), static_cast<std::uint32_t>(to_u64(rows[0][1]))};
     }
     // Unchanged: someone else holds it. Report who, and give back a doorbell taken for nothing.
     const auto rows = with_retries(request.key, [&] { return connection->query(sql_.conflict, {bell, bell, request.key}); });
-    if (channel) channel->bell_taken_for_nothing();
+    if (channel) channel->bell_settled();
     if (rows.empty()) throw BackendError("acquire of '" + std::string(request.key) + "' found no row", kName);
     const Row& row = rows[0];
     LockInfo holder{std::string(request.key), row[0].value_or(""), to_u64(row[1]),
@@ -414,8 +415,7 @@ class MysqlBackend final : public backend::Backend {
 
   void set_up(Connection& connection) {
     try {
-      connection.query(sql_.probe, {});
-      return;
+      if (!connection.query(sql_.probe, {}).empty()) return;
     } catch (const SqlError& e) {
       if (e.code != ER_NO_SUCH_TABLE) raise(e, settings_);
     }
