@@ -151,49 +151,34 @@ std::vector<Row> Connection::query(const std::string& sql, std::initializer_list
 }
 
 void Connection::fail_statement(MYSQL_STMT* statement, bool sent) {
-  SqlError error{mysql_stmt_errno(statement), mysql_stmt_error(statement)};
-  error.connection_broken = breaks_connection(error.code);
+  const unsigned code = mysql_stmt_errno(statement);
+  if (!breaks_connection(code)) mysql_stmt_reset(statement);
+  fail(code, mysql_stmt_error(statement), sent);
+}
+
+void Connection::fail_connection(bool sent) { fail(mysql_errno(mysql_), mysql_error(mysql_), sent); }
+
+void Connection::fail(unsigned code, const char* message, bool sent) {
+  SqlError error{code, message};
+  error.connection_broken = breaks_connection(code);
   // Gone before the request left ("server has gone away" on write) changed nothing; a
   // connection lost while waiting for the answer may have run it.
-  error.maybe_applied = sent && error.connection_broken && error.code != CR_SERVER_GONE_ERROR;
-  broken_ = broken_ || error.connection_broken;
-  if (!error.connection_broken) mysql_stmt_reset(statement);
-  throw error;
-}
-
-void Connection::fail_connection(bool sent) {
-  SqlError error{mysql_errno(mysql_), mysql_error(mysql_)};
-  error.connection_broken = breaks_connection(error.code);
-  error.maybe_applied = sent && error.connection_broken && error.code != CR_SERVER_GONE_ERROR;
+  error.maybe_applied = sent && error.connection_broken && code != CR_SERVER_GONE_ERROR;
   broken_ = broken_ || error.connection_broken;
   throw error;
 }
 
-Pool::Lease Pool::take() {
-  {
-    std::lock_guard lock(mutex_);
-    if (!idle_.empty()) {
-      auto connection = std::move(idle_.back());
-      idle_.pop_back();
-      busy_[connection->id()] = true;
-      return Lease(*this, std::move(connection));
-    }
-  }
-  auto connection = std::make_unique<Connection>(options_);
-  std::lock_guard lock(mutex_);
-  busy_[connection->id()] = true;
-  return Lease(*this, std::move(connection));
-}
+Pool::Lease Pool::take() { return take_excluding({}); }
 
 Pool::Lease Pool::take_excluding(const std::vector<std::uint64_t>& ids) {
   {
     std::lock_guard lock(mutex_);
-    const auto it = std::find_if(idle_.begin(), idle_.end(), [&](const auto& c) {
+    const auto it = std::find_if(idle_.rbegin(), idle_.rend(), [&](const auto& c) {
       return std::find(ids.begin(), ids.end(), c->id()) == ids.end();
     });
-    if (it != idle_.end()) {
+    if (it != idle_.rend()) {
       auto connection = std::move(*it);
-      idle_.erase(it);
+      idle_.erase(std::next(it).base());
       busy_[connection->id()] = true;
       return Lease(*this, std::move(connection));
     }

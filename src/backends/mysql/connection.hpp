@@ -83,6 +83,7 @@ class Connection {
   void bind_and_execute(MYSQL_STMT* statement, std::initializer_list<Param> params);
   [[noreturn]] void fail_statement(MYSQL_STMT* statement, bool sent);
   [[noreturn]] void fail_connection(bool sent);
+  [[noreturn]] void fail(unsigned code, const char* message, bool sent);
 
   MYSQL* mysql_ = nullptr;
   std::uint64_t id_ = 0;
