@@ -114,7 +114,12 @@ BackendTest::Faulty BackendTest::open_faulty() const {
   return Faulty{Client::with_backend(faults), faults};
 }
 
-std::string BackendTest::key(std::string_view name) const { return key_base_ + "/" + std::string(name); }
+std::string BackendTest::key(std::string_view name) const { return prepared(key_base_ + "/" + std::string(name)); }
+
+std::string BackendTest::prepared(std::string key) const {
+  if (GetParam().prepare_key) GetParam().prepare_key(url_, key);
+  return key;
+}
 
 bool eventually(const std::function<bool()>& condition, std::chrono::milliseconds timeout) {
   const auto deadline = Clock::now() + timeout;

@@ -66,6 +66,8 @@ class BackendTest : public ::testing::TestWithParam<BackendParam> {
 
   // A key unique to this test (and run): conformance/<run>/<Test>/<backend>/<name>.
   std::string key(std::string_view name = "k") const;
+  // A key a test built itself, made ready for the backend (row mode inserts its row).
+  std::string prepared(std::string key) const;
 
  private:
   std::string url_;

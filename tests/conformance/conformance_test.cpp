@@ -255,7 +255,8 @@ TEST_P(Conformance, ExplicitOwnerSharedAcrossClients) {
 
 // ---- Leases ----
 
-// A holder that dies stops renewing; the key frees itself after the TTL, not before.
+// A holder that dies stops renewing; the key frees itself after the TTL, not before (or at
+// once, where a lock ends with its holder's connection).
 TEST_P(Conformance, ExpiryAfterSigkill) {
   DLOCK_SKIP_UNLESS_MULTI_PROCESS();
   constexpr auto kTtl = 700ms;
@@ -273,6 +274,15 @@ TEST_P(Conformance, ExpiryAfterSigkill) {
   holder.kill(SIGKILL);
   ASSERT_EQ(holder.wait_for(10s), 128 + SIGKILL);
   const auto killed = Clock::now();
+
+  if (GetParam().frees_when_holder_dies) {
+    // The lock ended with the holder's connection, which the kernel closed.
+    auto attempt = client.try_acquire_for(k, 5s, {.ttl = 10s});
+    ASSERT_TRUE(attempt) << "the key was not freed when its holder died";
+    EXPECT_LT(ms(Clock::now() - killed), 3000) << "ms from the kill to the new acquisition";
+    EXPECT_GT(attempt.lease().token(), holder_token);
+    return;
+  }
 
   const auto first_sent = Clock::now();
   auto first = client.try_acquire(k, {.ttl = 10s});
@@ -486,6 +496,10 @@ TEST_P(Conformance, FencingMonotonic) {
     {
       Lease short_lease = client.acquire(k, {.ttl = 150ms});
       record(short_lease.token(), "a release (2)");
+      if (GetParam().frees_when_holder_dies) {
+        // No lease to run out: the lock ends when it is taken from its connection.
+        ASSERT_TRUE(admin.force_release(k));
+      }
       auto taken = admin.try_acquire_for(k, 5s);
       ASSERT_TRUE(taken) << "a 150 ms lease never expired";
       record(taken.lease().token(), "an expiry");
@@ -521,6 +535,9 @@ TEST_P(Conformance, StaleReleaseCannotTouchNewerAcquisition) {
   const std::string owner = "stale-" + run_id();
   Lease old_lease = client.acquire(k, {.ttl = 200ms, .owner = owner});
   const std::uint64_t old_token = old_lease.token();
+  if (GetParam().frees_when_holder_dies) {
+    ASSERT_TRUE(other.force_release(k));  // no lease to run out
+  }
   ASSERT_TRUE(eventually([&] { return !other.inspect(k); }, 5s)) << "the 200 ms lease never expired";
 
   Lease new_lease = client.acquire(k, {.ttl = 10s, .owner = owner});
@@ -763,14 +780,16 @@ TEST_P(Conformance, ListAndInspect) {
   const std::string base = key("list");
   // '%' and '_' are wildcards to SQL LIKE: the prefix filter must take them literally.
   const std::string prefix = base + "/p_%/";
-  const std::vector<std::string> listed = {prefix + "a", prefix + "b", prefix + "c", prefix + "d"};
-  const std::vector<std::string> decoys = {base + "/pX%/z", base + "/p_%", base + "/p_%0/x"};
+  const std::vector<std::string> listed = {prepared(prefix + "a"), prepared(prefix + "b"), prepared(prefix + "c"),
+                                           prepared(prefix + "d")};
+  const std::vector<std::string> decoys = {prepared(base + "/pX%/z"), prepared(base + "/p_%"),
+                                           prepared(base + "/p_%0/x")};
   std::vector<Lease> leases;
   leases.reserve(listed.size() + decoys.size());
   for (const auto& k : listed) leases.push_back(client.acquire(k, {.ttl = 10s}));
   for (const auto& k : decoys) leases.push_back(client.acquire(k, {.ttl = 10s}));
   {
-    Lease released = client.acquire(prefix + "e");  // released: never listed
+    Lease released = client.acquire(prepared(prefix + "e"));  // released: never listed
   }
 
   const auto page = client.list(prefix);
@@ -906,6 +925,7 @@ TEST_P(Conformance, KeyAtTheLimitAndUnicode) {
   ASSERT_GE(limit, 64u) << "a backend must take keys of at least 64 bytes";
   std::string longest = key("long-");
   longest.resize(limit, 'x');
+  prepared(longest);
   {
     Lease lease = client.acquire(longest, {.ttl = 10s});
     const auto info = client.inspect(longest);

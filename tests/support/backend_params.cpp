@@ -1,5 +1,9 @@
 #include "support/backend_params.hpp"
 
+#if DLOCK_WITH_MYSQL
+#include "support/mysql_rows.hpp"
+#endif
+
 #include <unistd.h>
 
 #include <atomic>
@@ -10,6 +14,17 @@
 
 namespace dlock::test {
 namespace {
+
+// The value of `name=` in a URL's query, or "".
+std::string option(const std::string& url, const std::string& name) {
+  const auto query = url.find('?');
+  if (query == std::string::npos) return "";
+  std::istringstream pairs(url.substr(query + 1));
+  for (std::string pair; std::getline(pairs, pair, '&');) {
+    if (pair.rfind(name + "=", 0) == 0) return pair.substr(name.size() + 1);
+  }
+  return "";
+}
 
 std::string sanitize(std::string_view text) {
   std::string out;
@@ -68,14 +83,27 @@ std::vector<BackendParam> all_backends() {
     const auto sep = url.find("://");
     const std::string scheme = sep == std::string::npos ? url : url.substr(0, sep);
     std::string name = sanitize(scheme);
+    if (const std::string mode = option(url, "mode"); !mode.empty()) name += "_" + sanitize(mode);
     if (const int n = ++seen[name]; n > 1) name += "_" + std::to_string(n);
     p.name = name;
     if (scheme == "mysql" || scheme == "mariadb") {
+      const std::string mode = option(url, "mode");
       // A table of its own per test, so tests running side by side never share keys.
-      p.make_url = [url](const std::filesystem::path& temp_dir) {
-        const std::string table = "t_" + sanitize(temp_dir.filename().string());
-        return url + (url.find('?') == std::string::npos ? "?" : "&") + "table=" + table.substr(0, 60);
+      p.make_url = [url, mode](const std::filesystem::path& temp_dir) {
+        const std::string table = (mode == "row" ? "r_" : "t_") + sanitize(temp_dir.filename().string()).substr(0, 58);
+#if DLOCK_WITH_MYSQL
+        if (mode == "row") create_row_table(url, table);
+#endif
+        return url + (url.find('?') == std::string::npos ? "?" : "&") + "table=" + table;
       };
+      p.frees_when_holder_dies = mode == "session";
+#if DLOCK_WITH_MYSQL
+      if (mode == "row") {
+        p.prepare_key = [](const std::string& test_url, const std::string& key) {
+          insert_row(test_url, option(test_url, "table"), key);
+        };
+      }
+#endif
     } else {
       p.make_url = [url](const std::filesystem::path&) { return url; };
     }

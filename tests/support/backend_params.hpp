@@ -30,6 +30,12 @@ struct BackendParam {
   std::function<std::string(const std::filesystem::path& temp_dir)> make_url;
   // True when locks are shared between processes: the multi-process cases run.
   bool spans_processes = false;
+  // True when a lock ends with its holder's connection rather than at its lease's end
+  // (mysql:// session mode): a killed holder frees the key at once.
+  bool frees_when_holder_dies = false;
+  // Called with the test's URL for every key a test uses: row mode locks rows that must
+  // exist. Empty for every other backend.
+  std::function<void(const std::string& url, const std::string& key)> prepare_key;
   // A URL pointing at a store that cannot be reached or created, and the text its error must
   // contain (the path, the host). Empty: the case is skipped for this backend.
   std::string bad_location_url;

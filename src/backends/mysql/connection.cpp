@@ -1,8 +1,10 @@
 #include "backends/mysql/connection.hpp"
 
 #include <errmsg.h>
+#include <poll.h>
 
 #include <algorithm>
+#include <atomic>
 #include <cstring>
 
 namespace dlock::backends::mysql {
@@ -39,22 +41,36 @@ Connection::Connection(const ConnectOptions& options) {
     }
   }
   if (!options.ssl_ca.empty()) mysql_options(mysql_, MYSQL_OPT_SSL_CA, options.ssl_ca.c_str());
-  // No CLIENT_FOUND_ROWS: statements read "changed" row counts (0 means untouched).
+  // Without CLIENT_FOUND_ROWS statements read "changed" row counts (0 means untouched).
+  const unsigned long flags = options.found_rows ? CLIENT_FOUND_ROWS : 0;
   if (!mysql_real_connect(mysql_, options.host.c_str(), options.user.c_str(), options.password.c_str(),
-                          options.database.c_str(), options.port, nullptr, 0)) {
+                          options.database.c_str(), options.port, nullptr, flags)) {
     SqlError error{mysql_errno(mysql_), mysql_error(mysql_), true, false};
     mysql_close(mysql_);
     throw error;
   }
   id_ = mysql_thread_id(mysql_);
+  static std::atomic<std::uint64_t> next_serial{0};
+  serial_ = ++next_serial;
   // Read committed: an acquire reads the token floor without locking it, and no gap locks
   // turn concurrent first acquisitions of new keys into deadlocks.
   run("SET SESSION TRANSACTION ISOLATION LEVEL READ COMMITTED");
+  // TIMESTAMP columns (row mode) then store and compare in UTC, as UTC_TIMESTAMP() reads.
+  run("SET time_zone = '+00:00'");
 }
 
 Connection::~Connection() {
   for (auto& [sql, statement] : statements_) mysql_stmt_close(statement);
   mysql_close(mysql_);
+}
+
+bool Connection::still_open() noexcept {
+  // An idle session has nothing to read: anything readable is the server's goodbye (an error
+  // packet, or the end of the stream).
+  pollfd socket{static_cast<int>(mysql_get_socket(mysql_)), POLLIN | POLLRDHUP, 0};
+  if (socket.fd >= 0 && ::poll(&socket, 1, 0) == 0) return true;
+  broken_ = true;
+  return false;
 }
 
 void Connection::run(const std::string& sql) {
@@ -170,34 +186,47 @@ void Connection::fail(unsigned code, const char* message, bool sent) {
 
 Pool::Lease Pool::take() { return take_excluding({}); }
 
-Pool::Lease Pool::take_excluding(const std::vector<std::uint64_t>& ids) {
+Pool::Lease Pool::take_excluding(const std::vector<std::uint64_t>& serials) {
+  std::vector<std::unique_ptr<Connection>> closed;  // closed outside the lock
   {
     std::lock_guard lock(mutex_);
-    const auto it = std::find_if(idle_.rbegin(), idle_.rend(), [&](const auto& c) {
-      return std::find(ids.begin(), ids.end(), c->id()) == ids.end();
-    });
-    if (it != idle_.rend()) {
+    for (;;) {
+      const auto it = std::find_if(idle_.rbegin(), idle_.rend(), [&](const auto& c) {
+        return std::find(serials.begin(), serials.end(), c->serial()) == serials.end();
+      });
+      if (it == idle_.rend()) break;
       auto connection = std::move(*it);
       idle_.erase(std::next(it).base());
-      busy_[connection->id()] = true;
+      if (!connection->still_open()) {
+        busy_.erase(connection->serial());
+        closed.push_back(std::move(connection));
+        continue;
+      }
+      busy_[connection->serial()] = true;
       return Lease(*this, std::move(connection));
     }
   }
   auto connection = std::make_unique<Connection>(options_);
   std::lock_guard lock(mutex_);
-  busy_[connection->id()] = true;
+  busy_[connection->serial()] = true;
   return Lease(*this, std::move(connection));
 }
 
-Pool::Lease Pool::take(std::uint64_t id) {
+Pool::Lease Pool::take(std::uint64_t serial) {
   std::unique_lock lock(mutex_);
   for (;;) {
-    const auto known = busy_.find(id);
+    const auto known = busy_.find(serial);
     if (known == busy_.end()) break;  // closed since: any connection will do
     if (!known->second) {
-      const auto it = std::find_if(idle_.begin(), idle_.end(), [&](const auto& c) { return c->id() == id; });
+      const auto it = std::find_if(idle_.begin(), idle_.end(), [&](const auto& c) { return c->serial() == serial; });
       auto connection = std::move(*it);
       idle_.erase(it);
+      if (!connection->still_open()) {
+        busy_.erase(known);
+        lock.unlock();
+        connection.reset();
+        return take();
+      }
       known->second = true;
       return Lease(*this, std::move(connection));
     }
@@ -211,9 +240,9 @@ void Pool::give_back(std::unique_ptr<Connection> connection) {
   {
     std::lock_guard lock(mutex_);
     if (connection->broken()) {
-      busy_.erase(connection->id());
+      busy_.erase(connection->serial());
     } else {
-      busy_[connection->id()] = false;
+      busy_[connection->serial()] = false;
       idle_.push_back(std::move(connection));
     }
   }

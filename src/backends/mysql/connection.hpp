@@ -29,6 +29,9 @@ struct ConnectOptions {
   std::chrono::milliseconds write_timeout{30'000};
   std::string ssl_mode = "preferred";  // disabled | preferred | required | verify-ca | verify-identity
   std::string ssl_ca;
+  // Affected rows count matched rows, not changed ones (row mode: a renew that writes the
+  // same second into a TIMESTAMP(0) column changes nothing, yet succeeded).
+  bool found_rows = false;
   std::string redacted_url;  // for messages: the URL without its password
 };
 
@@ -76,7 +79,14 @@ class Connection {
   void run(const std::string& sql);
 
   bool broken() const noexcept { return broken_; }
+  // For a connection idle in the pool: false when the server closed it meanwhile (killed,
+  // restarted, timed out). Looks at the socket only; no round trip.
+  bool still_open() noexcept;
+  // The server's id of this session (CONNECTION_ID(); what KILL takes). A restarted server
+  // hands the same ids out again.
   std::uint64_t id() const noexcept { return id_; }
+  // Unique to this connection within the process, across server restarts.
+  std::uint64_t serial() const noexcept { return serial_; }
 
  private:
   MYSQL_STMT* prepared(const std::string& sql);
@@ -87,12 +97,13 @@ class Connection {
 
   MYSQL* mysql_ = nullptr;
   std::uint64_t id_ = 0;
+  std::uint64_t serial_ = 0;
   bool broken_ = false;
   std::unordered_map<std::string, MYSQL_STMT*> statements_;
 };
 
 // Connections are opened on demand and kept for reuse; a broken one is dropped on return.
-// A connection can be taken by identity (the one holding a doorbell) when it is idle.
+// A connection can be taken by serial (the one holding a doorbell) when it is idle.
 class Pool {
  public:
   explicit Pool(ConnectOptions options) : options_(std::move(options)) {}
@@ -100,11 +111,11 @@ class Pool {
   class Lease;
   // Any idle connection, or a new one. Throws SqlError when connecting fails.
   Lease take();
-  // An idle connection whose id is not listed, or a new one.
-  Lease take_excluding(const std::vector<std::uint64_t>& ids);
-  // The connection with this id if it is still open (waiting while another thread uses it);
-  // otherwise any connection.
-  Lease take(std::uint64_t id);
+  // An idle connection whose serial is not listed, or a new one.
+  Lease take_excluding(const std::vector<std::uint64_t>& serials);
+  // The connection with this serial if it is still open (waiting while another thread uses
+  // it); otherwise any connection.
+  Lease take(std::uint64_t serial);
 
   const ConnectOptions& options() const noexcept { return options_; }
 
@@ -116,7 +127,7 @@ class Pool {
   std::mutex mutex_;
   std::condition_variable returned_;
   std::vector<std::unique_ptr<Connection>> idle_;
-  std::unordered_map<std::uint64_t, bool> busy_;  // ids of open connections in use
+  std::unordered_map<std::uint64_t, bool> busy_;  // serials of open connections: in use?
 };
 
 class Pool::Lease {

@@ -1,0 +1,260 @@
+#include "backends/mysql/common.hpp"
+
+#include <mysqld_error.h>
+
+#include <algorithm>
+#include <cctype>
+#include <cstdio>
+
+#include "core/stable_hash.hpp"
+#include "dlock/errors.hpp"
+
+namespace dlock::backends::mysql {
+
+bool valid_identifier(const std::string& name, std::size_t max) {
+  return !name.empty() && name.size() <= max && std::all_of(name.begin(), name.end(), [](char c) {
+    return std::isalnum(static_cast<unsigned char>(c)) || c == '_';
+  });
+}
+
+std::int64_t ttl_us(std::chrono::milliseconds ttl) {
+  constexpr std::int64_t kMaxTtlUs = 100LL * 365 * 24 * 3'600'000'000;
+  return std::clamp<std::int64_t>(ttl.count() * 1000, 0, kMaxTtlUs);
+}
+
+std::chrono::milliseconds ceil_ms(const std::optional<std::string>& us_text) {
+  const long long us = us_text ? std::stoll(*us_text) : 0;
+  return std::chrono::milliseconds(us <= 0 ? 0 : (us + 999) / 1000);
+}
+
+std::uint64_t to_u64(const std::optional<std::string>& text) { return text ? std::stoull(*text) : 0; }
+
+void raise(const SqlError& e, const Settings& settings, std::string_view key) {
+  const std::string& url = settings.connect.redacted_url;
+  const std::string detail = " (MySQL error " + std::to_string(e.code) + ": " + e.message + ")";
+  switch (e.code) {
+    case ER_ACCESS_DENIED_ERROR:
+      throw ConfigurationError("the MySQL server refused user '" + settings.connect.user +
+                                   "' with this password; check the user and password in " + url + detail,
+                               kName);
+    case ER_DBACCESS_DENIED_ERROR:
+      throw ConfigurationError("user '" + settings.connect.user + "' may not use database '" +
+                                   settings.connect.database + "'; GRANT it access, or fix " + url + detail,
+                               kName);
+    case ER_BAD_DB_ERROR:
+      throw ConfigurationError("database '" + settings.connect.database + "' does not exist on the server of " + url +
+                                   "; create it or fix the URL" + detail,
+                               kName);
+    case ER_TABLEACCESS_DENIED_ERROR:
+    case ER_COLUMNACCESS_DENIED_ERROR:
+    case ER_SPECIFIC_ACCESS_DENIED_ERROR:
+      throw ConfigurationError("user '" + settings.connect.user + "' lacks a privilege on table '" + settings.table +
+                                   "': dlock needs SELECT, INSERT, UPDATE and DELETE on it" + detail,
+                               kName);
+    default:
+      break;
+  }
+  if (e.connection_broken) {
+    if (e.maybe_applied) {
+      throw OutcomeUnknownError("the connection to " + url + " broke before the answer came" + detail,
+                                std::string(key), kName);
+    }
+    throw ConnectionError("cannot reach the MySQL server of " + url + detail, kName, std::string(key));
+  }
+  throw BackendError("MySQL failed on " + url + detail, kName, std::string(key), ModeBackend::retryable(e));
+}
+
+bool ModeBackend::retryable(const SqlError& e) { return e.code == ER_LOCK_DEADLOCK || e.code == ER_LOCK_WAIT_TIMEOUT; }
+
+std::string ModeBackend::bell_name(std::string_view key) const {
+  char hex[17];
+  const std::string scope = settings_.connect.database + "." + settings_.table + ":";
+  std::snprintf(hex, sizeof hex, "%016llx", static_cast<unsigned long long>(core::stable_hash(scope + std::string(key))));
+  return std::string("dlock:") + hex;
+}
+
+std::unique_ptr<backend::WakeChannel> ModeBackend::wake_channel(std::string_view key, std::string_view) {
+  return std::make_unique<DoorbellChannel>(*this, std::string(key));
+}
+
+void ModeBackend::ping() {
+  auto connection = take();
+  with_retries({}, [&] { return connection->query("SELECT 1", {}); });
+}
+
+Pool::Lease ModeBackend::take() {
+  try {
+    return pool_.take();
+  } catch (const SqlError& e) {
+    raise(e, settings_);
+  }
+}
+
+Pool::Lease ModeBackend::take_unpinned() {
+  std::vector<std::uint64_t> pinned;
+  {
+    std::lock_guard lock(sessions_mutex_);
+    for (const auto& [lease, id] : sessions_) pinned.push_back(id);
+  }
+  try {
+    return pool_.take_excluding(pinned);
+  } catch (const SqlError& e) {
+    raise(e, settings_);
+  }
+}
+
+Pool::Lease ModeBackend::take_for(std::string_view key, std::string_view owner) {
+  const auto serial = remembered(key, owner);
+  if (!serial) return take();
+  try {
+    return pool_.take(*serial);
+  } catch (const SqlError& e) {
+    raise(e, settings_, key);
+  }
+}
+
+ModeBackend::Attempt ModeBackend::attempt_for(const backend::AcquireRequest& request, bool unpinned) {
+  Attempt attempt;
+  attempt.channel = dynamic_cast<DoorbellChannel*>(request.wake);
+  if (attempt.channel) {
+    attempt.connection = &attempt.channel->connection();
+    return attempt;
+  }
+  const bool known = remembered(request.key, request.owner).has_value();
+  attempt.own.emplace(known || !unpinned ? take_for(request.key, request.owner) : take_unpinned());
+  attempt.connection = &**attempt.own;
+  return attempt;
+}
+
+void ModeBackend::remember(std::string_view key, std::string_view owner, std::uint64_t connection_serial) {
+  std::lock_guard lock(sessions_mutex_);
+  sessions_[{std::string(key), std::string(owner)}] = connection_serial;
+}
+
+std::optional<std::uint64_t> ModeBackend::remembered(std::string_view key, std::string_view owner) {
+  std::lock_guard lock(sessions_mutex_);
+  if (auto it = sessions_.find({std::string(key), std::string(owner)}); it != sessions_.end()) return it->second;
+  return std::nullopt;
+}
+
+void ModeBackend::forget(std::string_view key, std::string_view owner) {
+  std::lock_guard lock(sessions_mutex_);
+  sessions_.erase({std::string(key), std::string(owner)});
+}
+
+LockInfo ModeBackend::info(std::string key, const Row& row, std::size_t first) {
+  return LockInfo{std::move(key), row[first].value_or(""), to_u64(row[first + 1]),
+                  static_cast<std::uint32_t>(to_u64(row[first + 2])), ceil_ms(row[first + 3])};
+}
+
+void ModeBackend::ensure_lock_table(Connection& connection) {
+  const std::string& table = settings_.table;
+  try {
+    // The token floor is the last thing the DDL makes: a concurrent first user may have
+    // created only the tables so far.
+    if (!connection.query("SELECT v FROM `" + table + "_seq` WHERE id = 0", {}).empty()) return;
+  } catch (const SqlError& e) {
+    if (e.code != ER_NO_SUCH_TABLE) raise(e, settings_);
+  }
+  const std::string fix = "create it with the DDL of `dlock schema mysql --table " + table + "`";
+  if (!settings_.create_table) {
+    throw ConfigurationError("table '" + table + "' does not exist in database '" + settings_.connect.database +
+                                 "' and create_table=false: " + fix,
+                             kName);
+  }
+  const std::string ddl = lock_table_schema(table);
+  try {
+    std::size_t start = 0;
+    while (start < ddl.size()) {  // one statement at a time
+      const std::size_t end = ddl.find(";\n", start);
+      const std::string statement = ddl.substr(start, end == std::string::npos ? std::string::npos : end - start);
+      if (statement.find_first_not_of(" \n") != std::string::npos) connection.run(statement);
+      if (end == std::string::npos) break;
+      start = end + 2;
+    }
+  } catch (const SqlError& e) {
+    if (e.code == ER_TABLEACCESS_DENIED_ERROR || e.code == ER_DBACCESS_DENIED_ERROR ||
+        e.code == ER_SPECIFIC_ACCESS_DENIED_ERROR) {
+      throw ConfigurationError("table '" + table + "' does not exist and user '" + settings_.connect.user +
+                                   "' may not create it (MySQL error " + std::to_string(e.code) + ": " + e.message +
+                                   "); have someone " + fix,
+                               kName);
+    }
+    raise(e, settings_);
+  }
+}
+
+DoorbellChannel::DoorbellChannel(ModeBackend& backend, std::string key)
+    : backend_(backend), key_(std::move(key)), bell_(backend.bell_name(key_)), connection_(backend.take_unpinned()) {}
+
+DoorbellChannel::~DoorbellChannel() { drop(); }
+
+bool DoorbellChannel::wait_until(std::chrono::steady_clock::time_point deadline) {
+  drop();  // a doorbell left from an attempt that failed
+  const auto now = std::chrono::steady_clock::now();
+  if (now >= deadline) return false;
+  // The wait must end before the connection's read timeout would cut it.
+  const auto cap = backend_.settings().connect.read_timeout - std::chrono::seconds(1);
+  const auto left = std::min(std::chrono::duration_cast<std::chrono::microseconds>(deadline - now),
+                             std::chrono::duration_cast<std::chrono::microseconds>(cap));
+  if (backoff_.count() > 0) {
+    // The doorbell was free while the key was held (its holder has no session ringing it):
+    // back off instead of spinning, up to the holder's lease end that bounds `deadline`.
+    std::this_thread::sleep_for(std::min<std::chrono::microseconds>(backoff_, left));
+  }
+  const auto start = std::chrono::steady_clock::now();
+  const auto rows = backend_.with_retries(key_, [&] {
+    return connection_->query("SELECT GET_LOCK(?, ? / 1000000)", {std::string_view(bell_), left.count()});
+  });
+  const bool rang = !rows.empty() && rows[0][0] == std::optional<std::string>("1");
+  holds_bell_ = rang;
+  if (!rang) return false;
+  if (std::chrono::steady_clock::now() - start < std::chrono::milliseconds(1)) {
+    backoff_ = std::clamp(backoff_ * 2, std::chrono::milliseconds(1), std::chrono::milliseconds(250));
+  } else {
+    backoff_ = std::chrono::milliseconds(0);
+  }
+  return true;
+}
+
+void DoorbellChannel::drop() noexcept {
+  if (!holds_bell_) return;
+  holds_bell_ = false;
+  try {
+    connection_->query("SELECT RELEASE_LOCK(?)", {std::string_view(bell_)});
+  } catch (...) {
+    // The session is gone, and its locks with it.
+  }
+}
+
+std::string lock_table_schema(const std::string& table) {
+  if (!valid_identifier(table, kMaxIdentifier - 4)) {
+    throw ConfigurationError("mysql:// table '" + table + "' must be 1 to " + std::to_string(kMaxIdentifier - 4) +
+                                 " letters, digits or underscores",
+                             kName);
+  }
+  return "CREATE TABLE IF NOT EXISTS `" + table +
+         "` (\n"
+         "  name        VARBINARY(1024) NOT NULL,        -- the key, compared bytewise\n"
+         "  owner       VARBINARY(128)  NOT NULL,        -- '' when free\n"
+         "  token       BIGINT UNSIGNED NOT NULL,        -- fencing token of the last acquisition\n"
+         "  hold_count  INT UNSIGNED    NOT NULL,\n"
+         "  acquired_at DATETIME(6)     NOT NULL,        -- UTC_TIMESTAMP(6), the server's clock\n"
+         "  expires_at  DATETIME(6)     NOT NULL,\n"
+         "  renewals    BIGINT UNSIGNED NOT NULL DEFAULT 0,  -- every renew changes the row\n"
+         "  doorbell    TINYINT         NOT NULL DEFAULT 0,  -- 1: the holder's session holds the key's GET_LOCK bell,\n"
+         "                                                   -- 2: released by ringing it (a waiter is taking over)\n"
+         "  session_id  BIGINT UNSIGNED NOT NULL DEFAULT 0,  -- session mode: the connection holding the lock\n"
+         "  PRIMARY KEY (name)\n"
+         ") ENGINE=InnoDB;\n"
+         "CREATE TABLE IF NOT EXISTS `" +
+         table +
+         "_seq` (\n"
+         "  id TINYINT UNSIGNED NOT NULL PRIMARY KEY,\n"
+         "  v  BIGINT UNSIGNED  NOT NULL                 -- token floor for keys whose row was removed\n"
+         ") ENGINE=InnoDB;\n"
+         "INSERT IGNORE INTO `" +
+         table + "_seq` VALUES (0, 0);\n";
+}
+
+}  // namespace dlock::backends::mysql

@@ -1,0 +1,186 @@
+#pragma once
+
+// What the three mysql:// modes share: settings, errors that name the fix, the connection
+// pool with the sessions that hold doorbells, and the GET_LOCK doorbell waiters sleep on.
+
+#include <chrono>
+#include <cstdint>
+#include <map>
+#include <memory>
+#include <mutex>
+#include <optional>
+#include <string>
+#include <string_view>
+#include <thread>
+#include <utility>
+#include <vector>
+
+#include "backends/mysql/connection.hpp"
+#include "dlock/backend.hpp"
+#include "dlock/types.hpp"
+
+namespace dlock::backends::mysql {
+
+inline constexpr const char* kName = "mysql";
+inline constexpr int kDeadlockRetries = 20;
+inline constexpr std::size_t kMaxIdentifier = 64;
+
+// Row mode: where the lock lives in the user's table.
+struct RowColumns {
+  std::string id = "id";
+  std::string owner = "lock_owner";
+  std::string expires = "lock_expire_time";
+  std::string version = "version";
+  std::string holds = "lock_holds";
+};
+
+struct Settings {
+  ConnectOptions connect;
+  std::string mode = "lease";  // lease | row | session
+  std::string table;           // lease, session: dlock_locks; row: required
+  bool create_table = true;
+  RowColumns columns;
+};
+
+// 1..64 letters, digits or underscores: every table and column name is checked against this
+// before it is quoted into SQL.
+bool valid_identifier(const std::string& name, std::size_t max = kMaxIdentifier);
+
+// Microseconds for a TTL, capped at a century (DATETIME ends in 9999).
+std::int64_t ttl_us(std::chrono::milliseconds ttl);
+// TIMESTAMPDIFF microseconds as whole milliseconds, rounded up; NULL and negative give 0.
+std::chrono::milliseconds ceil_ms(const std::optional<std::string>& us_text);
+std::uint64_t to_u64(const std::optional<std::string>& text);
+
+// Throws the dlock error for a server error: configuration errors name the fix, and the
+// password never appears (messages use the redacted URL).
+[[noreturn]] void raise(const SqlError& e, const Settings& settings, std::string_view key = {});
+
+class DoorbellChannel;
+
+// The base of every mode: the pool, the sessions that hold doorbells, retries.
+class ModeBackend : public backend::Backend {
+ public:
+  explicit ModeBackend(Settings settings) : settings_(std::move(settings)), pool_(settings_.connect) {}
+
+  std::string_view name() const noexcept override { return kName; }
+  std::unique_ptr<backend::WakeChannel> wake_channel(std::string_view key, std::string_view ticket) override;
+  void ping() override;
+
+  const Settings& settings() const { return settings_; }
+  // The GET_LOCK name of a key's doorbell: a hash, as names are limited to 64 characters.
+  std::string bell_name(std::string_view key) const;
+
+  Pool::Lease take();
+  // A connection no held lock is pinned to, for a waiter that may block on it for long, and
+  // in session mode for a new lock (a connection holds at most one).
+  Pool::Lease take_unpinned();
+
+  // Runs a statement, retrying InnoDB deadlocks and lock wait timeouts (the statement was
+  // rolled back whole); any other error becomes a dlock error.
+  template <class F>
+  auto with_retries(std::string_view key, F&& statement) -> decltype(statement()) {
+    for (int attempt = 0;; ++attempt) {
+      try {
+        return statement();
+      } catch (const SqlError& e) {
+        if (!retryable(e) || attempt >= kDeadlockRetries) raise(e, settings_, key);
+        std::this_thread::sleep_for(std::chrono::microseconds(100 << std::min(attempt, 6)));
+      }
+    }
+  }
+
+ public:
+  // InnoDB deadlocks and lock wait timeouts: the statement was rolled back whole.
+  static bool retryable(const SqlError& e);
+
+ protected:
+  // The connection whose session holds this owner's doorbell (or session lock) for the key,
+  // if any: re-entry and release run there, as GET_LOCK belongs to a session.
+  Pool::Lease take_for(std::string_view key, std::string_view owner);
+  // The connection of a waiting call's doorbell, or one taken for the owner.
+  struct Attempt {
+    DoorbellChannel* channel = nullptr;
+    std::optional<Pool::Lease> own;
+    Connection* connection = nullptr;
+  };
+  Attempt attempt_for(const backend::AcquireRequest& request, bool unpinned);
+  // The serial of the connection holding this owner's doorbell (or session lock) for the key.
+  void remember(std::string_view key, std::string_view owner, std::uint64_t connection_serial);
+  std::optional<std::uint64_t> remembered(std::string_view key, std::string_view owner);
+  void forget(std::string_view key, std::string_view owner);
+
+  // A page of `list`: rows of (key, owner, token, holds, microseconds left) from `query`,
+  // which is called with the first key, the key past the prefix (empty: none), `after` and
+  // the row limit.
+  template <class Query>
+  ListPage list_page(std::string_view prefix, std::string_view after, std::size_t limit, Query&& query) {
+    if (limit == 0) return {};
+    std::string prefix_end(prefix);
+    while (!prefix_end.empty() && static_cast<unsigned char>(prefix_end.back()) == 0xff) prefix_end.pop_back();
+    if (!prefix_end.empty()) prefix_end.back() = static_cast<char>(static_cast<unsigned char>(prefix_end.back()) + 1);
+    const auto from = std::max(prefix, after);
+    const auto fetch = static_cast<std::int64_t>(std::min<std::size_t>(limit, 100'000) + 1);
+    auto connection = take();
+    const auto rows = with_retries(prefix, [&] { return query(*connection, from, prefix_end, after, fetch); });
+    ListPage page;
+    for (const Row& row : rows) {
+      if (page.locks.size() == limit) {
+        page.next_after = page.locks.back().key;
+        break;
+      }
+      page.locks.push_back(info(row[0].value_or(""), row, 1));
+    }
+    return page;
+  }
+  // A LockInfo from (owner, token, holds, microseconds left) starting at column `first`.
+  static LockInfo info(std::string key, const Row& row, std::size_t first);
+
+  // Lease and session modes: makes sure the lock table exists, creating it when allowed.
+  void ensure_lock_table(Connection& connection);
+
+  Settings settings_;
+  Pool pool_;
+
+ private:
+  std::mutex sessions_mutex_;
+  std::map<std::pair<std::string, std::string>, std::uint64_t> sessions_;
+};
+
+// A waiter's doorbell: GET_LOCK on the key's bell, on a connection of its own, returns when
+// the holder's session releases it (its last release, or its end). The waiter keeps the bell
+// and makes its next attempt on the same connection, so the bell passes to the new holder
+// without anyone else seeing it free: one release wakes one waiter.
+class DoorbellChannel final : public backend::WakeChannel {
+ public:
+  DoorbellChannel(ModeBackend& backend, std::string key);
+  ~DoorbellChannel() override;
+
+  void arm() override {}
+  bool wait_until(std::chrono::steady_clock::time_point deadline) override;
+  void abandon() noexcept override { drop(); }
+
+  Connection& connection() { return *connection_; }
+  // The attempt made through this channel settled the bell: it went to the new lock, or the
+  // conflict report gave it back.
+  void bell_settled() noexcept { holds_bell_ = false; }
+
+ private:
+  void drop() noexcept;
+
+  ModeBackend& backend_;
+  std::string key_;
+  std::string bell_;
+  Pool::Lease connection_;
+  bool holds_bell_ = false;
+  std::chrono::milliseconds backoff_{0};
+};
+
+std::shared_ptr<backend::Backend> make_lease_backend(Settings settings);
+std::shared_ptr<backend::Backend> make_row_backend(Settings settings);
+std::shared_ptr<backend::Backend> make_session_backend(Settings settings);
+
+// The lock table of lease and session modes.
+std::string lock_table_schema(const std::string& table);
+
+}  // namespace dlock::backends::mysql

@@ -1,0 +1,213 @@
+// mysql:// lease mode: a lock table keyed by name, each acquire, renew and release one
+// statement judged by the server's clock.
+
+#include <mysqld_error.h>
+
+#include "backends/mysql/common.hpp"
+#include "dlock/errors.hpp"
+
+namespace dlock::backends::mysql {
+namespace {
+
+// How long a newcomer waits on a key whose row is free while a woken waiter takes it over.
+constexpr std::chrono::milliseconds kHandoffRecheck{50};
+
+// The statements of lease mode for one table. Every expiry is judged by UTC_TIMESTAMP(6), the
+// server's clock, fixed for the duration of a statement.
+struct LeaseSql {
+  explicit LeaseSql(const std::string& table) {
+    const std::string t = "`" + table + "`";
+    const std::string seq = "`" + table + "_seq`";
+    // Parameters: key, owner, ttl, bell, bell, owner, owner.
+    // The SELECT list tries the key's doorbell (GET_LOCK) and hands the result to the update
+    // through VALUES(doorbell). Columns are assigned left to right and later ones see the new
+    // values, so `owner` goes after everything that tests the old owner, and `expires_at` last.
+    // A row released by ringing the doorbell (doorbell = 2) may be taken only with the bell:
+    // the woken waiter holds it while it takes over, and a newcomer must not barge in. After a
+    // second it is open to all, so a bell kept by mistake cannot block the key. A row released
+    // without a ring, or expired, is open to anyone.
+    const std::string released =
+        "(owner = '' AND (doorbell <> 2 OR VALUES(doorbell) = 1 OR expires_at <= UTC_TIMESTAMP(6) - INTERVAL 1 SECOND))";
+    const std::string expired = "(owner <> '' AND expires_at <= UTC_TIMESTAMP(6))";
+    const std::string take = "(" + released + " OR " + expired + ")";
+    const std::string mine = "(owner = ? AND expires_at > UTC_TIMESTAMP(6))";
+    acquire = "INSERT INTO " + t +
+              " (name, owner, token, hold_count, acquired_at, expires_at, doorbell)"
+              " SELECT ?, ?, LAST_INSERT_ID(v + 1), 1, UTC_TIMESTAMP(6), UTC_TIMESTAMP(6) + INTERVAL ? MICROSECOND,"
+              " IF(IS_USED_LOCK(?) <=> CONNECTION_ID(), 1, COALESCE(GET_LOCK(?, 0), 0))"
+              " FROM " + seq + " WHERE id = 0 LOCK IN SHARE MODE"
+              " ON DUPLICATE KEY UPDATE"
+              " token = IF(" + take + ", LAST_INSERT_ID(token + 1), IF(" + mine + ", token + 0 * LAST_INSERT_ID(0), token)),"
+              " hold_count = IF(" + take + ", 1, IF(" + mine + ", hold_count + 1, hold_count)),"
+              " acquired_at = IF(" + take + ", UTC_TIMESTAMP(6), acquired_at),"
+              " doorbell = IF(" + take + ", VALUES(doorbell), doorbell),"
+              " owner = IF(" + take + ", VALUES(owner), owner),"
+              " expires_at = IF(owner = VALUES(owner), VALUES(expires_at), expires_at)";
+    // After an acquire that changed nothing: the holder, and any doorbell taken for nothing.
+    // Parameters: bell, bell, key.
+    conflict = "SELECT owner, token, hold_count, TIMESTAMPDIFF(MICROSECOND, UTC_TIMESTAMP(6), expires_at),"
+               " IF(IS_USED_LOCK(?) <=> CONNECTION_ID(), RELEASE_LOCK(?), 0) FROM " + t + " WHERE name = ?";
+    // A re-entry answers insert id 0 and is read back. Parameters: key, owner.
+    reentered = "SELECT token, hold_count FROM " + t + " WHERE name = ? AND owner = ?";
+    // Parameters: ttl, key, owner, token.
+    renew = "UPDATE " + t + " SET expires_at = UTC_TIMESTAMP(6) + INTERVAL ? MICROSECOND, renewals = renewals + 1"
+            " WHERE name = ? AND owner = ? AND token = ? AND expires_at > UTC_TIMESTAMP(6)";
+    // The holds left come back as the insert id. The last hold frees the row and rings the
+    // doorbell when this session holds it. Parameters: bell, bell, key, owner, token.
+    release = "UPDATE " + t + " SET owner = IF(hold_count <= 1, '', owner),"
+              " expires_at = IF(hold_count <= 1, UTC_TIMESTAMP(6), expires_at),"
+              " doorbell = IF(hold_count <= 1, IF(IS_USED_LOCK(?) <=> CONNECTION_ID(), 2 + 0 * RELEASE_LOCK(?), 0), doorbell),"
+              " hold_count = LAST_INSERT_ID(hold_count - 1)"
+              " WHERE name = ? AND owner = ? AND token = ? AND expires_at > UTC_TIMESTAMP(6)";
+    drop_bell = "SELECT IF(IS_USED_LOCK(?) <=> CONNECTION_ID(), RELEASE_LOCK(?), 0)";
+    const std::string live = "owner <> '' AND expires_at > UTC_TIMESTAMP(6)";
+    const std::string info = "owner, token, hold_count, TIMESTAMPDIFF(MICROSECOND, UTC_TIMESTAMP(6), expires_at)";
+    inspect = "SELECT " + info + " FROM " + t + " WHERE name = ? AND " + live;
+    list_bounded = "SELECT name, " + info + " FROM " + t + " WHERE name >= ? AND name < ? AND name <> ? AND " + live +
+                   " ORDER BY name LIMIT ?";
+    list_open = "SELECT name, " + info + " FROM " + t + " WHERE name >= ? AND name <> ? AND " + live +
+                " ORDER BY name LIMIT ?";
+    force_release = "UPDATE " + t + " SET owner = '', hold_count = 0, expires_at = UTC_TIMESTAMP(6), doorbell = 0"
+                    " WHERE name = ? AND owner = ? AND token = ? AND " + live;
+    lock_floor = "SELECT v FROM " + seq + " WHERE id = 0 FOR UPDATE";
+    idle_cutoff = "SELECT UTC_TIMESTAMP(6)";
+    raise_floor = "UPDATE " + seq + " SET v = GREATEST(v, (SELECT COALESCE(MAX(token), 0) FROM " + t +
+                  " WHERE owner = '' OR expires_at <= ?)) WHERE id = 0";
+    delete_idle = "DELETE FROM " + t + " WHERE owner = '' OR expires_at <= ?";
+  }
+
+  std::string acquire, conflict, reentered, renew, release, drop_bell, inspect, list_bounded, list_open, force_release,
+      lock_floor, idle_cutoff, raise_floor, delete_idle;
+};
+
+class LeaseBackend final : public ModeBackend {
+ public:
+  explicit LeaseBackend(Settings settings) : ModeBackend(std::move(settings)), sql_(settings_.table) {
+    auto connection = take();
+    ensure_lock_table(*connection);
+  }
+
+  backend::AcquireResult acquire(const backend::AcquireRequest& request) override {
+    const std::string bell = bell_name(request.key);
+    Attempt attempt = attempt_for(request, false);
+    Connection* connection = attempt.connection;
+    DoorbellChannel* channel = attempt.channel;
+    const std::int64_t ttl = ttl_us(request.ttl);
+    const auto outcome = with_retries(request.key, [&] {
+      return connection->execute(sql_.acquire, {request.key, request.owner, ttl, bell, bell, request.owner, request.owner});
+    });
+    if (outcome.affected == 1 || (outcome.affected == 2 && outcome.insert_id != 0)) {
+      // A fresh row (its token is the floor plus one) or a takeover (the token plus one).
+      remember(request.key, request.owner, connection->serial());
+      if (channel) channel->bell_settled();
+      return backend::Acquired{outcome.insert_id, 1};
+    }
+    if (outcome.affected == 2) {  // a re-entry
+      const auto rows = with_retries(request.key, [&] {
+        return connection->query(sql_.reentered, {request.key, request.owner});
+      });
+      if (rows.empty()) throw BackendError("a re-entry of '" + std::string(request.key) + "' left no row", kName);
+      if (channel) channel->bell_settled();
+      return backend::Acquired{to_u64(rows[0][0]), static_cast<std::uint32_t>(to_u64(rows[0][1]))};
+    }
+    // Unchanged: someone else holds it. Report who, and give back a doorbell taken for nothing.
+    const auto rows = with_retries(request.key, [&] { return connection->query(sql_.conflict, {bell, bell, request.key}); });
+    if (channel) channel->bell_settled();
+    if (rows.empty()) throw BackendError("acquire of '" + std::string(request.key) + "' found no row", kName);
+    const Row& row = rows[0];
+    LockInfo holder{std::string(request.key), row[0].value_or(""), to_u64(row[1]),
+                    static_cast<std::uint32_t>(to_u64(row[2])), ceil_ms(row[3])};
+    if (holder.owner.empty()) {
+      // Free, but a woken waiter holds the doorbell and is taking it over right now.
+      holder.owner = "(being handed to a waiting client)";
+      holder.ttl_left = kHandoffRecheck;
+    }
+    return backend::Held{std::move(holder)};
+  }
+
+  bool renew(const backend::LeaseRef& lease, std::chrono::milliseconds ttl) override {
+    auto connection = take();
+    const auto outcome = with_retries(lease.key, [&] {
+      return connection->execute(sql_.renew,
+                                 {ttl_us(ttl), lease.key, lease.owner, static_cast<std::int64_t>(lease.token)});
+    });
+    return outcome.affected == 1;
+  }
+
+  std::optional<std::uint32_t> release(const backend::LeaseRef& lease) override {
+    const std::string bell = bell_name(lease.key);
+    auto connection = take_for(lease.key, lease.owner);
+    const auto outcome = with_retries(lease.key, [&] {
+      return connection->execute(sql_.release,
+                                 {bell, bell, lease.key, lease.owner, static_cast<std::int64_t>(lease.token)});
+    });
+    if (outcome.affected == 1 && outcome.insert_id > 0) return static_cast<std::uint32_t>(outcome.insert_id);
+    forget(lease.key, lease.owner);
+    if (outcome.affected == 1) return 0u;
+    // Lost: a doorbell this session still holds for it would keep waiters asleep.
+    with_retries(lease.key, [&] { return connection->query(sql_.drop_bell, {bell, bell}); });
+    return std::nullopt;
+  }
+
+  std::optional<LockInfo> inspect(std::string_view key) override {
+    auto connection = take();
+    const auto rows = with_retries(key, [&] { return connection->query(sql_.inspect, {key}); });
+    if (rows.empty()) return std::nullopt;
+    return info(std::string(key), rows[0], 0);
+  }
+
+  ListPage list(std::string_view prefix, std::string_view after, std::size_t limit) override {
+    return list_page(prefix, after, limit, [&](Connection& c, std::string_view from, const std::string& end,
+                                               std::string_view past, std::int64_t fetch) {
+      return end.empty() ? c.query(sql_.list_open, {from, past, fetch})
+                         : c.query(sql_.list_bounded, {from, std::string_view(end), past, fetch});
+    });
+  }
+
+  std::optional<LockInfo> force_release(std::string_view key) override {
+    auto connection = take();
+    for (int attempt = 0; attempt < 100; ++attempt) {
+      const auto rows = with_retries(key, [&] { return connection->query(sql_.inspect, {key}); });
+      if (rows.empty()) return std::nullopt;
+      LockInfo held = info(std::string(key), rows[0], 0);
+      const auto outcome = with_retries(key, [&] {
+        return connection->execute(sql_.force_release, {key, held.owner, static_cast<std::int64_t>(held.token)});
+      });
+      if (outcome.affected == 1) return held;  // else it changed hands meanwhile: look again
+    }
+    throw BackendError("'" + std::string(key) + "' kept changing hands during force-release", kName,
+                       std::string(key), true);
+  }
+
+  std::size_t collect_idle() override {
+    auto connection = take();
+    return with_retries({}, [&] {
+      // The floor is locked first, as every acquire's read of it is, so the two never
+      // deadlock; a key deleted here starts again above the floor.
+      connection->run("START TRANSACTION");
+      try {
+        connection->query(sql_.lock_floor, {});
+        const auto cutoff = connection->query(sql_.idle_cutoff, {});
+        const std::string at = cutoff.at(0).at(0).value_or("");
+        connection->execute(sql_.raise_floor, {std::string_view(at)});
+        const auto deleted = connection->execute(sql_.delete_idle, {std::string_view(at)});
+        connection->run("COMMIT");
+        return static_cast<std::size_t>(deleted.affected);
+      } catch (...) {
+        if (!connection->broken()) connection->run("ROLLBACK");
+        throw;
+      }
+    });
+  }
+
+ private:
+  LeaseSql sql_;
+};
+
+}  // namespace
+
+std::shared_ptr<backend::Backend> make_lease_backend(Settings settings) {
+  return std::make_shared<LeaseBackend>(std::move(settings));
+}
+
+}  // namespace dlock::backends::mysql

@@ -1,0 +1,287 @@
+// mysql:// row mode: the lock lives in columns of the user's own table (seed 000 §2.1). The
+// key is a row's id; acquiring it is one UPDATE that takes the row when it is free or
+// expired and bumps its version, which is the fencing token; renew and release only touch
+// the row while its version still equals that token. Nothing is created.
+
+#include <mysqld_error.h>
+
+#include <algorithm>
+#include <cctype>
+
+#include "backends/mysql/common.hpp"
+#include "dlock/errors.hpp"
+
+namespace dlock::backends::mysql {
+namespace {
+
+struct ColumnInfo {
+  std::string data_type;
+  std::uint64_t max_chars = 0;
+  unsigned fraction_digits = 0;
+};
+
+bool is_integer_type(const std::string& type) {
+  static const char* const kTypes[] = {"tinyint", "smallint", "mediumint", "int", "bigint"};
+  return std::find(std::begin(kTypes), std::end(kTypes), type) != std::end(kTypes);
+}
+
+bool is_text_type(const std::string& type) {
+  static const char* const kTypes[] = {"char", "varchar", "binary", "varbinary", "tinytext", "text",
+                                       "mediumtext", "longtext", "tinyblob", "blob", "mediumblob", "longblob"};
+  return std::find(std::begin(kTypes), std::end(kTypes), type) != std::end(kTypes);
+}
+
+// The statements for one table and its columns. Expiry is judged by UTC_TIMESTAMP(6); the
+// sessions run in time zone +00:00, so DATETIME and TIMESTAMP columns both hold UTC.
+struct RowSql {
+  // `round_up_us`: what expiries are padded by so the column's precision cannot shorten a
+  // lease; reports of the time left take it off again.
+  RowSql(const std::string& table, const RowColumns& c, std::int64_t round_up_us) {
+    const auto q = [](const std::string& name) { return "`" + name + "`"; };
+    const std::string t = q(table), id = q(c.id), o = q(c.owner), e = q(c.expires), v = q(c.version), h = q(c.holds);
+    const std::string now = "UTC_TIMESTAMP(6)";
+    const std::string free = "(COALESCE(" + o + ", '') = '' OR COALESCE(" + h + ", 0) = 0 OR " + e + " IS NULL OR " +
+                             e + " <= " + now + ")";
+    const std::string mine = "(" + o + " = ? AND " + h + " > 0 AND " + e + " > " + now + ")";
+    live = "COALESCE(" + o + ", '') <> '' AND " + h + " > 0 AND " + e + " > " + now;
+    const std::string left = "TIMESTAMPDIFF(MICROSECOND, " + now + ", " + e + ") - " + std::to_string(round_up_us);
+    // Columns are assigned left to right and later ones see the new values: the version and
+    // the hold count are decided on the old owner, then the owner and the expiry are written.
+    // A take rings no one but tries the key's doorbell (GET_LOCK) so its release can ring it.
+    // Parameters: owner, bell, bell, owner, owner, ttl, key, owner.
+    acquire = "UPDATE " + t + " SET " + v + " = IF(" + mine + ", " + v + " + 0 * LAST_INSERT_ID(0), LAST_INSERT_ID(COALESCE(" +
+              v + ", 0) + 1 + 0 * IF(IS_USED_LOCK(?) <=> CONNECTION_ID(), 1, COALESCE(GET_LOCK(?, 0), 0)))), " + h +
+              " = IF(" + mine + ", " + h + " + 1, 1), " + o + " = ?, " + e + " = " + now +
+              " + INTERVAL ? MICROSECOND WHERE " + id + " = ? AND (" + free + " OR " + mine + ")";
+    // Parameters: bell, bell, key.
+    conflict = "SELECT " + o + ", " + v + ", " + h + ", " + left +
+               ", IF(IS_USED_LOCK(?) <=> CONNECTION_ID(), RELEASE_LOCK(?), 0) FROM " + t + " WHERE " + id + " = ?";
+    reentered = "SELECT " + v + ", " + h + " FROM " + t + " WHERE " + id + " = ? AND " + o + " = ?";
+    const std::string ours = " WHERE " + id + " = ? AND " + o + " = ? AND " + v + " = ? AND " + h + " > 0 AND " + e +
+                             " > " + now;
+    // Parameters: ttl, key, owner, token.
+    renew = "UPDATE " + t + " SET " + e + " = " + now + " + INTERVAL ? MICROSECOND" + ours;
+    // The holds left come back as the insert id; the last hold rings the doorbell when this
+    // session holds it. Parameters: bell, bell, key, owner, token.
+    release = "UPDATE " + t + " SET " + o + " = IF(" + h + " <= 1, '', " + o + "), " + e + " = IF(" + h + " <= 1, " +
+              now + ", " + e + "), " + h + " = LAST_INSERT_ID(" + h + " - 1) + 0 * IF(" + h +
+              " <= 1 AND IS_USED_LOCK(?) <=> CONNECTION_ID(), RELEASE_LOCK(?), 0)" + ours;
+    const std::string info = o + ", " + v + ", " + h + ", " + left;
+    inspect = "SELECT " + info + " FROM " + t + " WHERE " + id + " = ? AND " + live;
+    // Byte order of the id's text, whatever the column's type and collation.
+    const std::string bytes = "CAST(" + id + " AS BINARY)";
+    list_bounded = "SELECT " + bytes + ", " + info + " FROM " + t + " WHERE " + bytes + " >= ? AND " + bytes + " < ? AND " +
+                   bytes + " <> ? AND " + live + " ORDER BY " + bytes + " LIMIT ?";
+    list_open = "SELECT " + bytes + ", " + info + " FROM " + t + " WHERE " + bytes + " >= ? AND " + bytes + " <> ? AND " +
+                live + " ORDER BY " + bytes + " LIMIT ?";
+    force_release = "UPDATE " + t + " SET " + o + " = '', " + h + " = 0, " + e + " = " + now + " WHERE " + id + " = ? AND " +
+                    o + " = ? AND " + v + " = ? AND " + live;
+  }
+
+  std::string live, acquire, conflict, reentered, renew, release, inspect, list_bounded, list_open, force_release;
+};
+
+class RowBackend final : public ModeBackend {
+ public:
+  explicit RowBackend(Settings settings)
+      : ModeBackend(std::move(settings)),
+        facts_(inspect_table()),
+        sql_(settings_.table, settings_.columns, facts_.expiry_round_up_us) {}
+
+  std::size_t max_key_bytes() const noexcept override { return facts_.max_key_bytes; }
+
+  backend::AcquireResult acquire(const backend::AcquireRequest& request) override {
+    check_key(request.key);
+    if (request.owner.size() > facts_.owner_max) {
+      throw InvalidArgument("owner '" + std::string(request.owner) + "' is " + std::to_string(request.owner.size()) +
+                            " bytes, but column `" + settings_.columns.owner + "` of table '" + settings_.table +
+                            "' holds " + std::to_string(facts_.owner_max) + "; widen the column or use a shorter owner");
+    }
+    const std::string bell = bell_name(request.key);
+    Attempt attempt = attempt_for(request, false);
+    Connection* connection = attempt.connection;
+    const std::int64_t ttl = expiry_us(request.ttl);
+    const auto outcome = with_retries(request.key, [&] {
+      return connection->execute(sql_.acquire, {request.owner, bell, bell, request.owner, request.owner, ttl,
+                                                request.key, request.owner});
+    });
+    if (outcome.affected == 1 && outcome.insert_id != 0) {  // taken: the new version is the token
+      remember(request.key, request.owner, connection->serial());
+      if (attempt.channel) attempt.channel->bell_settled();
+      return backend::Acquired{outcome.insert_id, 1};
+    }
+    if (outcome.affected == 1) {  // a re-entry
+      const auto rows = with_retries(request.key, [&] {
+        return connection->query(sql_.reentered, {request.key, request.owner});
+      });
+      if (attempt.channel) attempt.channel->bell_settled();
+      if (rows.empty()) throw BackendError("a re-entry of '" + std::string(request.key) + "' left no row", kName);
+      return backend::Acquired{to_u64(rows[0][0]), static_cast<std::uint32_t>(to_u64(rows[0][1]))};
+    }
+    const auto rows = with_retries(request.key, [&] { return connection->query(sql_.conflict, {bell, bell, request.key}); });
+    if (attempt.channel) attempt.channel->bell_settled();
+    if (rows.empty()) {
+      throw InvalidArgument("row mode locks rows that exist: table '" + settings_.table + "' has no row with `" +
+                            settings_.columns.id + "` = '" + std::string(request.key) + "'; insert it first");
+    }
+    LockInfo holder = info(std::string(request.key), rows[0], 0);
+    if (holder.owner.empty() || holder.ttl_left.count() == 0) {
+      // Freed between the two statements: try again at once.
+      holder.owner = "(released just now)";
+      holder.ttl_left = std::chrono::milliseconds(1);
+    }
+    return backend::Held{std::move(holder)};
+  }
+
+  bool renew(const backend::LeaseRef& lease, std::chrono::milliseconds ttl) override {
+    auto connection = take();
+    const auto outcome = with_retries(lease.key, [&] {
+      return connection->execute(sql_.renew, {expiry_us(ttl), lease.key, lease.owner, static_cast<std::int64_t>(lease.token)});
+    });
+    return outcome.affected == 1;
+  }
+
+  std::optional<std::uint32_t> release(const backend::LeaseRef& lease) override {
+    const std::string bell = bell_name(lease.key);
+    auto connection = take_for(lease.key, lease.owner);
+    const auto outcome = with_retries(lease.key, [&] {
+      return connection->execute(sql_.release,
+                                 {bell, bell, lease.key, lease.owner, static_cast<std::int64_t>(lease.token)});
+    });
+    if (outcome.affected == 1 && outcome.insert_id > 0) return static_cast<std::uint32_t>(outcome.insert_id);
+    forget(lease.key, lease.owner);
+    if (outcome.affected == 1) return 0u;
+    with_retries(lease.key, [&] {
+      return connection->query("SELECT IF(IS_USED_LOCK(?) <=> CONNECTION_ID(), RELEASE_LOCK(?), 0)", {bell, bell});
+    });
+    return std::nullopt;
+  }
+
+  std::optional<LockInfo> inspect(std::string_view key) override {
+    if (!key_fits(key)) return std::nullopt;
+    auto connection = take();
+    const auto rows = with_retries(key, [&] { return connection->query(sql_.inspect, {key}); });
+    if (rows.empty()) return std::nullopt;
+    return info(std::string(key), rows[0], 0);
+  }
+
+  ListPage list(std::string_view prefix, std::string_view after, std::size_t limit) override {
+    return list_page(prefix, after, limit, [&](Connection& c, std::string_view from, const std::string& end,
+                                               std::string_view past, std::int64_t fetch) {
+      return end.empty() ? c.query(sql_.list_open, {from, past, fetch})
+                         : c.query(sql_.list_bounded, {from, std::string_view(end), past, fetch});
+    });
+  }
+
+  std::optional<LockInfo> force_release(std::string_view key) override {
+    if (!key_fits(key)) return std::nullopt;
+    auto connection = take();
+    for (int attempt = 0; attempt < 100; ++attempt) {
+      const auto rows = with_retries(key, [&] { return connection->query(sql_.inspect, {key}); });
+      if (rows.empty()) return std::nullopt;
+      LockInfo held = info(std::string(key), rows[0], 0);
+      const auto outcome = with_retries(key, [&] {
+        return connection->execute(sql_.force_release, {key, held.owner, static_cast<std::int64_t>(held.token)});
+      });
+      if (outcome.affected == 1) return held;  // else it changed hands meanwhile: look again
+    }
+    throw BackendError("'" + std::string(key) + "' kept changing hands during force-release", kName, std::string(key),
+                       true);
+  }
+
+ private:
+  // Integer ids compare numerically: 'abc' would match the row with id 0.
+  bool key_fits(std::string_view key) const {
+    if (!facts_.integer_id) return true;
+    const std::string_view digits = key.substr(!key.empty() && key[0] == '-' ? 1 : 0);
+    return !digits.empty() && digits.size() <= 19 &&
+           std::all_of(digits.begin(), digits.end(), [](char c) { return std::isdigit(static_cast<unsigned char>(c)); });
+  }
+  void check_key(std::string_view key) const {
+    if (!key_fits(key)) {
+      throw InvalidArgument("column `" + settings_.columns.id + "` of table '" + settings_.table +
+                            "' is an integer, so keys must be decimal integers; got '" + std::string(key) + "'");
+    }
+  }
+  // The TTL, rounded up to what the expiry column keeps: a DATETIME(0) column must not make
+  // a lease end up to a second early.
+  std::int64_t expiry_us(std::chrono::milliseconds ttl) const { return ttl_us(ttl) + facts_.expiry_round_up_us; }
+
+  // What the table's columns allow.
+  struct TableFacts {
+    bool integer_id = false;
+    std::size_t max_key_bytes = kMaxKeyBytes;
+    std::size_t owner_max = kMaxOwnerBytes;
+    std::int64_t expiry_round_up_us = 0;
+  };
+
+  TableFacts inspect_table() {
+    auto connection = take();
+    std::vector<Row> rows;
+    try {
+      rows = connection->query(
+          "SELECT LOWER(COLUMN_NAME), LOWER(DATA_TYPE), CHARACTER_MAXIMUM_LENGTH, DATETIME_PRECISION"
+          " FROM information_schema.COLUMNS WHERE TABLE_SCHEMA = DATABASE() AND TABLE_NAME = ?",
+          {settings_.table});
+    } catch (const SqlError& e) {
+      raise(e, settings_);
+    }
+    const auto& c = settings_.columns;
+    if (rows.empty()) {
+      throw ConfigurationError("table '" + settings_.table + "' does not exist in database '" +
+                                   settings_.connect.database + "' (or user '" + settings_.connect.user +
+                                   "' may not see it); row mode locks rows of your own table, which needs the columns `" +
+                                   c.id + "`, `" + c.owner + "`, `" + c.expires + "`, `" + c.version + "` and `" + c.holds +
+                                   "`: see `dlock schema mysql --mode row`",
+                               kName);
+    }
+    const auto column = [&](const std::string& name, const char* option, const char* ddl) {
+      std::string lower = name;
+      std::transform(lower.begin(), lower.end(), lower.begin(), [](unsigned char ch) { return std::tolower(ch); });
+      for (const Row& row : rows) {
+        if (row[0] == lower) {
+          return ColumnInfo{row[1].value_or(""), to_u64(row[2]), static_cast<unsigned>(to_u64(row[3]))};
+        }
+      }
+      throw ConfigurationError("table '" + settings_.table + "' has no column `" + name + "`: add it (ALTER TABLE `" +
+                                   settings_.table + "` ADD COLUMN `" + name + "` " + ddl + ") or name yours with " +
+                                   option + "=",
+                               kName);
+    };
+    const auto require = [&](bool ok, const std::string& name, const char* wanted) {
+      if (!ok) {
+        throw ConfigurationError("column `" + name + "` of table '" + settings_.table + "' must be " + wanted, kName);
+      }
+    };
+    const ColumnInfo id = column(c.id, "id_column", "VARBINARY(255) PRIMARY KEY");
+    const ColumnInfo owner = column(c.owner, "owner_column", "VARBINARY(128) NOT NULL DEFAULT ''");
+    const ColumnInfo expires = column(c.expires, "expires_column", "DATETIME(6) NULL");
+    const ColumnInfo version = column(c.version, "version_column", "BIGINT UNSIGNED NOT NULL DEFAULT 0");
+    const ColumnInfo holds = column(c.holds, "holds_column", "INT UNSIGNED NOT NULL DEFAULT 0");
+    require(is_text_type(id.data_type) || is_integer_type(id.data_type), c.id, "a text or an integer column");
+    require(is_text_type(owner.data_type), c.owner, "a text column (VARCHAR or VARBINARY)");
+    require(expires.data_type == "datetime" || expires.data_type == "timestamp", c.expires, "DATETIME or TIMESTAMP");
+    require(is_integer_type(version.data_type), c.version, "an integer column");
+    require(is_integer_type(holds.data_type), c.holds, "an integer column");
+    TableFacts facts;
+    facts.integer_id = is_integer_type(id.data_type);
+    facts.max_key_bytes =
+        facts.integer_id ? 20 : static_cast<std::size_t>(std::min<std::uint64_t>(id.max_chars, kMaxKeyBytes));
+    facts.owner_max = static_cast<std::size_t>(std::min<std::uint64_t>(owner.max_chars, kMaxOwnerBytes));
+    std::int64_t unit = 1;
+    for (unsigned digit = std::min(expires.fraction_digits, 6u); digit < 6; ++digit) unit *= 10;
+    facts.expiry_round_up_us = unit - 1;
+    return facts;
+  }
+
+  TableFacts facts_;
+  RowSql sql_;
+};
+
+}  // namespace
+
+std::shared_ptr<backend::Backend> make_row_backend(Settings settings) {
+  return std::make_shared<RowBackend>(std::move(settings));
+}
+
+}  // namespace dlock::backends::mysql
