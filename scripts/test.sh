@@ -16,7 +16,7 @@ cd "$(dirname "$0")/.."
 
 # The mysql:// modes the conformance suite covers: lease is the plain URL, any other mode is
 # URL?mode=MODE.
-mysql_modes=${DLOCK_TEST_MYSQL_MODES:-lease}
+mysql_modes=${DLOCK_TEST_MYSQL_MODES:-lease session row}
 
 scripts/install-deps.sh
 

@@ -256,10 +256,19 @@ void add_admin_commands(CLI::App& app, const GlobalOptions& global, int& exit_co
   {
     auto* schema = app.add_subcommand("schema", "Print the DDL of a backend's tables, for DBAs who create them");
     schema->require_subcommand(1);
-    auto table = std::make_shared<std::string>("dlock_locks");
-    auto* mysql = schema->add_subcommand("mysql", "The lease table of mysql:// (and its token-floor table)");
-    mysql->add_option("--table", *table, "The table name, as in the URL's table= option")->capture_default_str();
-    mysql->callback([table] { std::fputs(backends::mysql_lease_schema(*table).c_str(), stdout); });
+    auto table = std::make_shared<std::string>();
+    auto mode = std::make_shared<std::string>("lease");
+    auto* mysql = schema->add_subcommand(
+        "mysql", "The lock table of mysql:// lease and session modes, or the columns row mode adds to your table");
+    mysql->add_option("--mode", *mode, "lease, session or row, as in the URL's mode= option")
+        ->check(CLI::IsMember({"lease", "session", "row"}))
+        ->capture_default_str();
+    mysql->add_option("--table", *table,
+                      "The table, as in the URL's table= option (default dlock_locks; row mode: your table)");
+    mysql->callback([table, mode] {
+      if (table->empty()) *table = *mode == "row" ? "your_table" : "dlock_locks";
+      std::fputs(backends::mysql_schema(*mode, *table).c_str(), stdout);
+    });
   }
 #endif
 }

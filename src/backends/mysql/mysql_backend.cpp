@@ -10,7 +10,21 @@ namespace dlock::backends {
 
 using mysql::kName;
 
-std::string mysql_lease_schema(const std::string& table) { return mysql::lock_table_schema(table); }
+std::string mysql_schema(const std::string& mode, const std::string& table) {
+  if (mode == "lease" || mode == "session") return mysql::lock_table_schema(table);
+  if (mode != "row") throw ConfigurationError("mysql:// mode must be lease, row or session; got '" + mode + "'", kName);
+  if (!mysql::valid_identifier(table)) {
+    throw ConfigurationError("mysql:// table '" + table + "' must be 1 to 64 letters, digits or underscores", kName);
+  }
+  const mysql::RowColumns c;
+  return "-- Row mode: the lock columns dlock needs in your table (other names: the URL's\n"
+         "-- owner_column, expires_column, version_column, holds_column options).\n"
+         "ALTER TABLE `" + table + "`\n"
+         "  ADD COLUMN `" + c.owner + "` VARBINARY(128) NOT NULL DEFAULT '',       -- '' when free\n"
+         "  ADD COLUMN `" + c.expires + "` DATETIME(6) NULL,                -- UTC, the server's clock\n"
+         "  ADD COLUMN `" + c.version + "` BIGINT UNSIGNED NOT NULL DEFAULT 0,        -- fencing token; leave it to dlock\n"
+         "  ADD COLUMN `" + c.holds + "` INT UNSIGNED NOT NULL DEFAULT 0;          -- hold count\n";
+}
 
 std::shared_ptr<backend::Backend> make_mysql_backend(const core::Url& url) {
   mysql::Settings settings;

@@ -13,7 +13,8 @@ namespace dlock::backends {
 // clock, waiters woken through a GET_LOCK doorbell. See src/backends/mysql/README.md.
 std::shared_ptr<backend::Backend> make_mysql_backend(const core::Url& url);
 
-// The DDL `dlock schema mysql` prints, for teams whose DBAs create tables themselves.
-std::string mysql_lease_schema(const std::string& table);
+// The DDL `dlock schema mysql` prints, for teams whose DBAs create tables themselves: the
+// lock table of lease and session modes, or for row mode the lock columns to add to `table`.
+std::string mysql_schema(const std::string& mode, const std::string& table);
 
 }  // namespace dlock::backends

@@ -660,7 +660,7 @@ TEST_F(MysqlFault, MissingPrivileges) {
   {
     RawConnection admin(admin_url_);
     ASSERT_TRUE(admin.ok()) << admin.error();
-    const std::string ddl = backends::mysql_lease_schema(table_);
+    const std::string ddl = backends::mysql_schema("lease", table_);
     for (std::size_t start = 0; start < ddl.size();) {
       std::size_t end = ddl.find(";\n", start);
       if (end == std::string::npos) end = ddl.size();
