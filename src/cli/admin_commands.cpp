@@ -7,6 +7,7 @@
 #include <array>
 #include <cstdint>
 #include <cstdio>
+#include <cstdlib>
 #include <iterator>
 #include <memory>
 #include <nlohmann/json.hpp>
@@ -15,6 +16,7 @@
 #include <vector>
 
 #include "cli/commands.hpp"
+#include "core/url.hpp"
 #if DLOCK_WITH_MYSQL
 #include "backends/mysql/mysql_backend.hpp"
 #endif
@@ -55,7 +57,25 @@ struct AcquireOptions {
   int conflict_exit = kExitConflict;
 };
 
+// A mysql:// session-mode lock ends with the connection holding it, so with this process.
+void refuse_session_mode(const GlobalOptions& global) {
+  const char* env = std::getenv("DLOCK_URL");  // NOLINT(concurrency-mt-unsafe): read once, nothing sets it
+  const std::string text = !global.url.empty() ? global.url : env ? env : "";
+  if (text.empty()) return;
+  const core::Url url = core::Url::parse(text);
+  if (url.scheme != "mysql" && url.scheme != "mariadb") return;
+  for (const auto& [name, value] : url.query) {
+    if (name == "mode" && value == "session") {
+      throw ConfigurationError(
+          "dlock acquire cannot hold a mysql:// session-mode lock: it ends with this command's connection. "
+          "Use `dlock run KEY -- COMMAND`, or mode=lease",
+          "mysql");
+    }
+  }
+}
+
 int acquire(const GlobalOptions& global, const AcquireOptions& options) {
+  refuse_session_mode(global);
   const Client client = open_client(global);
   // No renewal: this process is about to exit. The TTL bounds the hold if no release comes.
   Attempt attempt = take_lock(client, options.key, options.wait,

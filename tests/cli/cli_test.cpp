@@ -371,6 +371,15 @@ TEST_F(CliTest, CommandNotFound) {
   EXPECT_EQ(dlock({"run", "k", "--", "/dev/null"}).exit_code, 126);
 }
 
+// A session-mode lock would end with `dlock acquire` itself: refused before any connection.
+TEST_F(CliTest, AcquireRefusesMysqlSessionMode) {
+  const Result result =
+      start({"acquire", "k", "--owner", "me"}, "mysql://u:secret@127.0.0.1:1/db?mode=session")->wait(10s);
+  EXPECT_EQ(result.exit_code, 69) << result.err;
+  EXPECT_TRUE(contains(result.err, "dlock run")) << result.err;
+  EXPECT_FALSE(contains(result.err, "secret")) << result.err;
+}
+
 TEST_F(CliTest, AcquireReleaseStatusListForceRelease) {
   const Result plain = dlock({"acquire", "--owner", "deploy-17", "--ttl", "30s", "deploy"});
   ASSERT_EQ(plain.exit_code, 0) << plain.err;
