@@ -314,10 +314,9 @@ LockOptions renewed(std::chrono::milliseconds ttl) {
 // expiry is judged by the server's clock. The holder's renewals reconnect and go on, another
 // client (opened before the restart too) cannot take the key, and release works.
 //
-// Known bug (lease mode as of 8b37b7e): the first call on a client whose pooled connection
-// died with the server throws ConnectionError "cannot reach the MySQL server ... (MySQL error
-// 2013: Lost connection to server during query)" instead of reconnecting: Pool::take hands
-// out the dead idle connection and the statement fails on it.
+// Until 261e833 the first call on a client whose pooled connection died with the server threw
+// ConnectionError "cannot reach the MySQL server ... (MySQL error 2013: Lost connection to
+// server during query)" instead of reconnecting; that case is still reported as a known bug.
 TEST_F(MysqlFault, ServerRestartWhileHeld) {
   NEED("DLOCK_MYSQL_DIR");
   const auto ttl = 15s;
@@ -385,15 +384,12 @@ TEST_F(MysqlFault, ServerRestartWhileHeld) {
 // user. Both recover: the holder keeps the lease, renews, and releases cleanly even right
 // after a further KILL; the waiter goes on waiting and gets the key after that release.
 //
-// Known bugs (lease mode as of 8b37b7e):
-//  - the waiter's try_acquire_for throws OutcomeUnknownError "the connection to ... broke
-//    before the answer came (MySQL error 2013: Lost connection to server during query)" as
-//    soon as its session blocked in `SELECT GET_LOCK(?, ? / 1000000)`
-//    (DoorbellChannel::wait_until) is killed: the error leaves the wait instead of the wait
-//    starting over on a new connection;
-//  - the first call on a pooled connection the server killed while it was idle (inspect,
-//    release) throws ConnectionError (MySQL error 2013) instead of reconnecting; renewals
-//    survive only because the renewal thread retries.
+// Known bug (lease mode as of 261e833): the waiter's try_acquire_for throws
+// OutcomeUnknownError "the connection to ... broke before the answer came (MySQL error 2013:
+// Lost connection to server during query)" as soon as its session blocked in
+// `SELECT GET_LOCK(?, ? / 1000000)` (DoorbellChannel::wait_until) is killed: the error leaves
+// the wait instead of the wait starting over on a new connection. (Until 261e833 the first
+// call on a pooled connection killed while idle, inspect or release, threw as well.)
 TEST_F(MysqlFault, KilledConnection) {
   NEED("DLOCK_MYSQL_ADMIN_URL");
   const std::string user = UrlParts::parse(url_).user;
