@@ -185,7 +185,9 @@ void ModeBackend::ensure_lock_table(Connection& connection) {
 }
 
 DoorbellChannel::DoorbellChannel(ModeBackend& backend, std::string key)
-    : backend_(backend), key_(std::move(key)), bell_(backend.bell_name(key_)), connection_(backend.take_unpinned()) {}
+    : backend_(backend), key_(std::move(key)), bell_(backend.bell_name(key_)) {
+  connection_.emplace(backend_.take_unpinned());
+}
 
 DoorbellChannel::~DoorbellChannel() { drop(); }
 
@@ -203,9 +205,20 @@ bool DoorbellChannel::wait_until(std::chrono::steady_clock::time_point deadline)
     std::this_thread::sleep_for(std::min<std::chrono::microseconds>(backoff_, left));
   }
   const auto start = std::chrono::steady_clock::now();
-  const auto rows = backend_.with_retries(key_, [&] {
-    return connection_->query("SELECT GET_LOCK(?, ? / 1000000)", {std::string_view(bell_), left.count()});
-  });
+  std::vector<Row> rows;
+  try {
+    rows = (*connection_)->query("SELECT GET_LOCK(?, ? / 1000000)", {std::string_view(bell_), left.count()});
+  } catch (const SqlError& e) {
+    if (!e.connection_broken && !ModeBackend::retryable(e)) raise(e, backend_.settings(), key_);
+    // The server ended this session (KILL, restart) or a lock wait gave up: nothing was held.
+    // Wake spuriously; the next attempt runs on a new connection.
+    if (e.connection_broken) {
+      Pool::Lease fresh = backend_.take_unpinned();
+      connection_.reset();
+      connection_.emplace(std::move(fresh));
+    }
+    return false;
+  }
   const bool rang = !rows.empty() && rows[0][0] == std::optional<std::string>("1");
   holds_bell_ = rang;
   if (!rang) return false;
@@ -221,7 +234,7 @@ void DoorbellChannel::drop() noexcept {
   if (!holds_bell_) return;
   holds_bell_ = false;
   try {
-    connection_->query("SELECT RELEASE_LOCK(?)", {std::string_view(bell_)});
+    (*connection_)->query("SELECT RELEASE_LOCK(?)", {std::string_view(bell_)});
   } catch (...) {
     // The session is gone, and its locks with it.
   }

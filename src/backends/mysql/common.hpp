@@ -160,7 +160,7 @@ class DoorbellChannel final : public backend::WakeChannel {
   bool wait_until(std::chrono::steady_clock::time_point deadline) override;
   void abandon() noexcept override { drop(); }
 
-  Connection& connection() { return *connection_; }
+  Connection& connection() { return **connection_; }
   // The attempt made through this channel settled the bell: it went to the new lock, or the
   // conflict report gave it back.
   void bell_settled() noexcept { holds_bell_ = false; }
@@ -171,7 +171,7 @@ class DoorbellChannel final : public backend::WakeChannel {
   ModeBackend& backend_;
   std::string key_;
   std::string bell_;
-  Pool::Lease connection_;
+  std::optional<Pool::Lease> connection_;  // replaced when the server ends it
   bool holds_bell_ = false;
   std::chrono::milliseconds backoff_{0};
 };

@@ -224,30 +224,16 @@ class MysqlFault : public ::testing::Test {
     return with_option(url.value_or(url_), "table=" + table_);
   }
 
-  // A failure the backend is known to have (see the report in the case's comment): the case
-  // goes on as a caller that retries would, and ends skipped instead of failed, so CI stays
-  // green until the fix lands. DLOCK_STRICT_KNOWN_BUGS=1 makes it a failure.
-  void known_bug(const std::string& what) {
-    std::fprintf(stderr, "known bug: %s\n", what.c_str());
-    if (env("DLOCK_STRICT_KNOWN_BUGS")) ADD_FAILURE() << "known bug: " << what;
-    known_bugs_.push_back(what);
-  }
-  std::string known_bugs() const {
-    std::string all;
-    for (const auto& bug : known_bugs_) all += (all.empty() ? "" : "; ") + bug;
-    return all;
-  }
-
-  // Runs `call`, a first call on a client whose pooled connections the server dropped. A
-  // retryable dlock::Error there is a known bug (`what` names the call); the call is then
-  // made once more, and must work.
+  // Runs `call`, a first call on a client whose pooled connections the server dropped: it
+  // must reconnect, not throw (`what` names the call). After a failure the call is made once
+  // more, as a caller that retries would, and must work.
   template <class F>
   auto first_call_after_drop(const std::string& what, F&& call) -> decltype(call()) {
     try {
       return call();
     } catch (const Error& e) {
       if (!e.retryable()) throw;
-      known_bug(what + " threw instead of reconnecting (" + e.what() + ")");
+      ADD_FAILURE() << what << " threw instead of reconnecting (" << e.what() << ")";
     }
     return call();
   }
@@ -287,13 +273,7 @@ class MysqlFault : public ::testing::Test {
   std::string admin_url_;
   std::string table_;
   std::string missing_;
-  std::vector<std::string> known_bugs_;
 };
-
-#define END_WITH_KNOWN_BUGS()                                                \
-  do {                                                                       \
-    if (!known_bugs_.empty()) GTEST_SKIP() << "known bug: " << known_bugs(); \
-  } while (0)
 
 #define NEED(...)                                                                       \
   do {                                                                                  \
@@ -313,10 +293,6 @@ LockOptions renewed(std::chrono::milliseconds ttl) {
 // A lease taken before a server restart is still ours after it: the row is on disk and its
 // expiry is judged by the server's clock. The holder's renewals reconnect and go on, another
 // client (opened before the restart too) cannot take the key, and release works.
-//
-// Until 261e833 the first call on a client whose pooled connection died with the server threw
-// ConnectionError "cannot reach the MySQL server ... (MySQL error 2013: Lost connection to
-// server during query)" instead of reconnecting; that case is still reported as a known bug.
 TEST_F(MysqlFault, ServerRestartWhileHeld) {
   NEED("DLOCK_MYSQL_DIR");
   const auto ttl = 15s;
@@ -376,20 +352,12 @@ TEST_F(MysqlFault, ServerRestartWhileHeld) {
   ASSERT_TRUE(next) << "the key could not be taken after the release";
   EXPECT_GT(next.lease().token(), token);
   EXPECT_NO_THROW(next.lease().release());
-  END_WITH_KNOWN_BUGS();
 }
 
 // KILL CONNECTION while a holder renews and a waiter on another client is blocked in its
 // doorbell (GET_LOCK): first the waiter's session alone, then every session of the dlock
 // user. Both recover: the holder keeps the lease, renews, and releases cleanly even right
 // after a further KILL; the waiter goes on waiting and gets the key after that release.
-//
-// Known bug (lease mode as of 261e833): the waiter's try_acquire_for throws
-// OutcomeUnknownError "the connection to ... broke before the answer came (MySQL error 2013:
-// Lost connection to server during query)" as soon as its session blocked in
-// `SELECT GET_LOCK(?, ? / 1000000)` (DoorbellChannel::wait_until) is killed: the error leaves
-// the wait instead of the wait starting over on a new connection. (Until 261e833 the first
-// call on a pooled connection killed while idle, inspect or release, threw as well.)
 TEST_F(MysqlFault, KilledConnection) {
   NEED("DLOCK_MYSQL_ADMIN_URL");
   const std::string user = UrlParts::parse(url_).user;
@@ -442,14 +410,8 @@ TEST_F(MysqlFault, KilledConnection) {
     if (waiter_broke || !waiter_done.load()) return;
     waiter_broke = true;
     WaiterResult early = waiter.get();
-    if (!early.error.empty() && early.retryable) {
-      known_bug("a waiter blocked in acquire threw out of try_acquire_for when " + when + " (" + early.error +
-                ")");
-    } else {
-      ADD_FAILURE() << "the waiter stopped waiting while the key was held, when " << when << ": "
-                    << (early.acquired ? "it acquired the key, token " + std::to_string(early.token)
-                                       : early.error);
-    }
+    ADD_FAILURE() << "the waiter stopped waiting while the key was held, when " << when << ": "
+                  << (early.acquired ? "it acquired the key, token " + std::to_string(early.token) : early.error);
   };
   check_waiter("its GET_LOCK session was killed");
 
@@ -508,7 +470,6 @@ TEST_F(MysqlFault, KilledConnection) {
   EXPECT_LT(waited, ttl + 2s) << "the waiter took " << ms(waited) << " ms to notice the release";
   std::fprintf(stderr, "the waiter had the key %lld ms after release\n", ms(waited));
   EXPECT_FALSE(holder_client.inspect("k"));
-  END_WITH_KNOWN_BUGS();
 }
 
 // ---- The server is not there ----
