@@ -142,6 +142,58 @@ void ModeBackend::forget(std::string_view key, std::string_view owner) {
   sessions_.erase({std::string(key), std::string(owner)});
 }
 
+ListPage ModeBackend::list_page(std::string_view prefix, std::string_view after, std::size_t limit,
+                               const std::string& bounded_sql, const std::string& open_sql,
+                               const std::function<bool(Connection&, const Row&)>& keep) {
+  if (limit == 0) return {};
+  std::string prefix_end(prefix);
+  while (!prefix_end.empty() && static_cast<unsigned char>(prefix_end.back()) == 0xff) prefix_end.pop_back();
+  if (!prefix_end.empty()) prefix_end.back() = static_cast<char>(static_cast<unsigned char>(prefix_end.back()) + 1);
+  const auto from = std::max(prefix, after);
+  const auto fetch = static_cast<std::int64_t>(std::min<std::size_t>(limit, 100'000) + 1);
+  auto connection = take();
+  auto rows = with_retries(prefix, [&] {
+    auto found = prefix_end.empty() ? connection->query(open_sql, {from, after, fetch})
+                                    : connection->query(bounded_sql, {from, std::string_view(prefix_end), after, fetch});
+    if (keep) std::erase_if(found, [&](const Row& row) { return !keep(*connection, row); });
+    return found;
+  });
+  ListPage page;
+  for (const Row& row : rows) {
+    if (page.locks.size() == limit) {
+      page.next_after = page.locks.back().key;
+      break;
+    }
+    page.locks.push_back(info(row[0].value_or(""), row, 1));
+  }
+  return page;
+}
+
+std::optional<LockInfo> ModeBackend::evict(std::string_view key, const std::string& inspect_sql,
+                                           const std::string& force_sql, const std::string& bell,
+                                           const std::function<void(Connection&, std::int64_t token)>& on_freed) {
+  auto connection = take();
+  for (int attempt = 0; attempt < 100; ++attempt) {
+    const auto rows = with_retries(key, [&] {
+      return bell.empty() ? connection->query(inspect_sql, {key}) : connection->query(inspect_sql, {key, bell});
+    });
+    if (rows.empty()) return std::nullopt;
+    LockInfo held = info(std::string(key), rows[0], 0);
+    const auto token = static_cast<std::int64_t>(held.token);
+    const auto outcome = with_retries(key, [&] {
+      return bell.empty() ? connection->execute(force_sql, {key, held.owner, token})
+                          : connection->execute(force_sql, {key, held.owner, token, bell});
+    });
+    if (outcome.affected == 1) {
+      if (on_freed) on_freed(*connection, token);
+      return held;
+    }
+    // It changed hands meanwhile: look again.
+  }
+  throw BackendError("'" + std::string(key) + "' kept changing hands during force-release", kName, std::string(key),
+                     true);
+}
+
 LockInfo ModeBackend::info(std::string key, const Row& row, std::size_t first) {
   return LockInfo{std::move(key), row[first].value_or(""), to_u64(row[first + 1]),
                   static_cast<std::uint32_t>(to_u64(row[first + 2])), ceil_ms(row[first + 3])};

@@ -4,6 +4,7 @@
 // pool with the sessions that hold doorbells, and the GET_LOCK doorbell waiters sleep on.
 
 #include <chrono>
+#include <functional>
 #include <cstdint>
 #include <map>
 #include <memory>
@@ -110,28 +111,28 @@ class ModeBackend : public backend::Backend {
   std::optional<std::uint64_t> remembered(std::string_view key, std::string_view owner);
   void forget(std::string_view key, std::string_view owner);
 
-  // A page of `list`: rows of (key, owner, token, holds, microseconds left) from `query`,
-  // which is called with the first key, the key past the prefix (empty: none), `after` and
-  // the row limit.
-  template <class Query>
-  ListPage list_page(std::string_view prefix, std::string_view after, std::size_t limit, Query&& query) {
-    if (limit == 0) return {};
-    std::string prefix_end(prefix);
-    while (!prefix_end.empty() && static_cast<unsigned char>(prefix_end.back()) == 0xff) prefix_end.pop_back();
-    if (!prefix_end.empty()) prefix_end.back() = static_cast<char>(static_cast<unsigned char>(prefix_end.back()) + 1);
-    const auto from = std::max(prefix, after);
-    const auto fetch = static_cast<std::int64_t>(std::min<std::size_t>(limit, 100'000) + 1);
-    auto connection = take();
-    const auto rows = with_retries(prefix, [&] { return query(*connection, from, prefix_end, after, fetch); });
-    ListPage page;
-    for (const Row& row : rows) {
-      if (page.locks.size() == limit) {
-        page.next_after = page.locks.back().key;
-        break;
-      }
-      page.locks.push_back(info(row[0].value_or(""), row, 1));
+  // A page of `list`. The statements return rows of (key, owner, token, holds, microseconds
+  // left, ...) and take (first key, key past the prefix, `after`, row limit), or without the
+  // key past the prefix when there is none. `keep`, if given, drops rows after the query.
+  ListPage list_page(std::string_view prefix, std::string_view after, std::size_t limit, const std::string& bounded_sql,
+                     const std::string& open_sql, const std::function<bool(Connection&, const Row&)>& keep = {});
+  // Force-release through `inspect_sql` (key[, bell]) and `force_sql` (key, owner, token[, bell]),
+  // retried while the key changes hands; `on_freed` runs after a successful eviction.
+  std::optional<LockInfo> evict(std::string_view key, const std::string& inspect_sql, const std::string& force_sql,
+                                const std::string& bell = {},
+                                const std::function<void(Connection&, std::int64_t token)>& on_freed = {});
+  // Runs `body` in one transaction on `connection`, rolled back when it throws.
+  template <class F>
+  auto in_transaction(Connection& connection, F&& body) -> decltype(body()) {
+    connection.run("START TRANSACTION");
+    try {
+      auto result = body();
+      connection.run("COMMIT");
+      return result;
+    } catch (...) {
+      if (!connection.broken()) connection.run("ROLLBACK");
+      throw;
     }
-    return page;
   }
   // A LockInfo from (owner, token, holds, microseconds left) starting at column `first`.
   static LockInfo info(std::string key, const Row& row, std::size_t first);

@@ -166,27 +166,12 @@ class RowBackend final : public ModeBackend {
   }
 
   ListPage list(std::string_view prefix, std::string_view after, std::size_t limit) override {
-    return list_page(prefix, after, limit, [&](Connection& c, std::string_view from, const std::string& end,
-                                               std::string_view past, std::int64_t fetch) {
-      return end.empty() ? c.query(sql_.list_open, {from, past, fetch})
-                         : c.query(sql_.list_bounded, {from, std::string_view(end), past, fetch});
-    });
+    return list_page(prefix, after, limit, sql_.list_bounded, sql_.list_open);
   }
 
   std::optional<LockInfo> force_release(std::string_view key) override {
     if (!key_fits(key)) return std::nullopt;
-    auto connection = take();
-    for (int attempt = 0; attempt < 100; ++attempt) {
-      const auto rows = with_retries(key, [&] { return connection->query(sql_.inspect, {key}); });
-      if (rows.empty()) return std::nullopt;
-      LockInfo held = info(std::string(key), rows[0], 0);
-      const auto outcome = with_retries(key, [&] {
-        return connection->execute(sql_.force_release, {key, held.owner, static_cast<std::int64_t>(held.token)});
-      });
-      if (outcome.affected == 1) return held;  // else it changed hands meanwhile: look again
-    }
-    throw BackendError("'" + std::string(key) + "' kept changing hands during force-release", kName, std::string(key),
-                       true);
+    return evict(key, sql_.inspect, sql_.force_release);
   }
 
  private:

@@ -194,54 +194,28 @@ class SessionBackend final : public ModeBackend {
   }
 
   ListPage list(std::string_view prefix, std::string_view after, std::size_t limit) override {
-    ListPage page = list_page(prefix, after, limit, [&](Connection& c, std::string_view from, const std::string& end,
-                                                        std::string_view past, std::int64_t fetch) {
-      auto rows = end.empty() ? c.query(sql_.list_open, {from, past, fetch})
-                              : c.query(sql_.list_bounded, {from, std::string_view(end), past, fetch});
-      // Keep the rows whose session still holds the key's lock.
-      std::erase_if(rows, [&](const Row& row) {
-        const auto holder = c.query(sql_.session_of, {bell_name(row[0].value_or(""))});
-        return holder.empty() || holder[0][0] != row[5];
-      });
-      return rows;
+    // Keep the rows whose session still holds the key's lock.
+    return list_page(prefix, after, limit, sql_.list_bounded, sql_.list_open, [&](Connection& c, const Row& row) {
+      const auto holder = c.query(sql_.session_of, {bell_name(row[0].value_or(""))});
+      return !holder.empty() && holder[0][0] == row[5];
     });
-    return page;
   }
 
   std::optional<LockInfo> force_release(std::string_view key) override {
     const std::string bell = bell_name(key);
-    auto connection = take();
-    for (int attempt = 0; attempt < 100; ++attempt) {
-      const auto rows = with_retries(key, [&] { return connection->query(sql_.inspect, {key, bell}); });
-      if (rows.empty()) return std::nullopt;
-      LockInfo held = info(std::string(key), rows[0], 0);
-      const auto token = static_cast<std::int64_t>(held.token);
-      const auto outcome = with_retries(key, [&] {
-        return connection->execute(sql_.force_release, {key, held.owner, token, bell});
-      });
-      if (outcome.affected == 1) {
-        end_orphaned_session(*connection, key, token, bell);
-        return held;
-      }
-    }
-    throw BackendError("'" + std::string(key) + "' kept changing hands during force-release", kName, std::string(key),
-                       true);
+    return evict(key, sql_.inspect, sql_.force_release, bell, [&](Connection& connection, std::int64_t token) {
+      end_orphaned_session(connection, key, token, bell);
+    });
   }
 
   std::size_t collect_idle() override {
     auto connection = take();
     return with_retries({}, [&] {
-      connection->run("START TRANSACTION");
-      try {
+      return in_transaction(*connection, [&] {
         connection->query(sql_.lock_floor, {});
         connection->execute(sql_.raise_floor, {});
-        const auto deleted = connection->execute(sql_.delete_idle, {});
-        connection->run("COMMIT");
-        return static_cast<std::size_t>(deleted.affected);
-      } catch (...) {
-        if (!connection->broken()) connection->run("ROLLBACK");
-        throw;
-      }
+        return static_cast<std::size_t>(connection->execute(sql_.delete_idle, {}).affected);
+      });
     });
   }
 
