@@ -5,7 +5,7 @@
 // A backend implements atomic primitives and a wake-up channel; the core (src/core) owns every
 // rule built on them: validation, owners, waiting and deadlines, renewal, loss detection and
 // the bookkeeping of leases. A backend never sleeps to wait for a lock and never retries an
-// acquire on its own.
+// acquire on its own (a wake channel may make the one attempt that follows its wake-up).
 //
 // Threads: every member function may be called concurrently from any thread (user threads and
 // the client's renewal thread). Errors are reported by throwing dlock::Error subclasses:
@@ -57,6 +57,10 @@ struct AcquireRequest {
 struct Acquired {
   std::uint64_t token = 0;
   std::uint32_t hold_count = 1;
+  // When the attempt that took the key was sent, if that was before this acquire() call: a
+  // backend may take the key inside its wake channel's wait (MySQL's woken waiter does). The
+  // lease is timed from the earlier of this and the call.
+  std::optional<std::chrono::steady_clock::time_point> sent;
 };
 
 // Someone else holds a live lease: report who and for how long (conflict report).
@@ -83,7 +87,9 @@ struct LeaseRef {
 // acquire attempt and, when the attempt found the key held, wait_until(). A release (or
 // force-release) that happens after arm() must make the following wait_until() return
 // promptly. Lease expiry needs no wake-up: the core never waits past the holder's ttl_left.
-// A release should wake O(1) waiters, not all of them.
+// A release should wake O(1) waiters, not all of them. Every attempt of one waiting call has
+// the same key, owner and TTL, and every wait_until() is followed by an attempt through the
+// channel: a channel may make that attempt inside the wait and hand acquire() its result.
 class DLOCK_EXPORT WakeChannel {
  public:
   virtual ~WakeChannel() = default;

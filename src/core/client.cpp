@@ -91,7 +91,7 @@ Attempt ClientState::acquire_until(std::string_view key, const LockOptions& opti
     auto result = backend->acquire({key, spec.owner, spec.ttl, ticket, wake.get()});
     if (auto* acquired = std::get_if<backend::Acquired>(&result)) {
       guard.keep = true;
-      return Attempt(make_lease(std::string(key), spec, *acquired, sent));
+      return Attempt(make_lease(std::string(key), spec, *acquired, std::min(sent, acquired->sent.value_or(sent))));
     }
     const auto now = SteadyClock::now();
     auto wait_deadline = deadline;

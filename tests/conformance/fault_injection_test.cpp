@@ -31,6 +31,18 @@ struct LossProbe {
   }
 };
 
+// An acquisition whose attempt was sent before acquire() was called (a wake channel took the
+// key inside its wait) is timed from that send: valid_until never trusts the later call.
+TEST_P(FaultInjection, LeaseIsTimedFromAnEarlierSend) {
+  auto faulty = open_faulty();
+  faulty.faults->backdate_acquisitions(3s);
+  const auto before_call = Clock::now();
+  Lease lease = faulty.client.acquire(key(), {.ttl = 10s});
+  EXPECT_LE(lease.valid_until(), before_call + 7s) << "the lease was timed from the acquire() call";
+  EXPECT_GT(lease.valid_until(), before_call + 6s);
+  lease.release();
+}
+
 // Renewals fail (store unreachable) until valid_until passes: the lease is lost, reason
 // renewal_failed, not before valid_until (it might still be ours until then).
 TEST_P(FaultInjection, RenewalsFailingUntilValidUntilLoseWithRenewalFailed) {

@@ -20,6 +20,7 @@
 #include <memory>
 #include <thread>
 #include <utility>
+#include <variant>
 
 #include "dlock/backend.hpp"
 #include "dlock/errors.hpp"
@@ -47,6 +48,9 @@ class FaultBackend final : public backend::Backend {
   void delay_renewals(milliseconds delay) noexcept { renew_delay_ms_.store(delay.count()); }
   // Every acquire() sleeps this long before reaching the store.
   void delay_acquires(milliseconds delay) noexcept { acquire_delay_ms_.store(delay.count()); }
+  // Acquisitions report that their attempt was sent this long before acquire() was called, as
+  // a wake channel that takes the key inside its wait does.
+  void backdate_acquisitions(milliseconds by) noexcept { backdate_ms_.store(by.count()); }
 
   // ---- what the core did ----
 
@@ -83,7 +87,11 @@ class FaultBackend final : public backend::Backend {
     ++acquire_calls_;
     last_acquire_.store(std::chrono::steady_clock::now().time_since_epoch().count());
     sleep_ms(acquire_delay_ms_.load());
-    return inner_->acquire(request);
+    auto result = inner_->acquire(request);
+    if (auto* acquired = std::get_if<backend::Acquired>(&result); acquired && backdate_ms_.load() > 0) {
+      acquired->sent = last_acquire_started() - milliseconds(backdate_ms_.load());
+    }
+    return result;
   }
 
   bool renew(const backend::LeaseRef& lease, milliseconds ttl) override {
@@ -154,6 +162,7 @@ class FaultBackend final : public backend::Backend {
   std::atomic<bool> fail_releases_{false};
   std::atomic<milliseconds::rep> renew_delay_ms_{0};
   std::atomic<milliseconds::rep> acquire_delay_ms_{0};
+  std::atomic<milliseconds::rep> backdate_ms_{0};
 
   std::atomic<std::uint64_t> acquire_calls_{0};
   std::atomic<std::chrono::steady_clock::rep> last_acquire_{0};

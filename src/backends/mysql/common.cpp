@@ -117,6 +117,7 @@ ModeBackend::Attempt ModeBackend::attempt_for(const backend::AcquireRequest& req
   Attempt attempt;
   attempt.channel = dynamic_cast<DoorbellChannel*>(request.wake);
   if (attempt.channel) {
+    attempt.channel->attempting(request.owner, request.ttl);
     attempt.connection = &attempt.channel->connection();
     return attempt;
   }
@@ -236,12 +237,26 @@ void ModeBackend::ensure_lock_table(Connection& connection) {
   }
 }
 
-DoorbellChannel::DoorbellChannel(ModeBackend& backend, std::string key)
-    : backend_(backend), key_(std::move(key)), bell_(backend.bell_name(key_)) {
+DoorbellChannel::DoorbellChannel(ModeBackend& backend, std::string key, Takeover takeover)
+    : backend_(backend), key_(std::move(key)), bell_(backend.bell_name(key_)), takeover_(std::move(takeover)) {
   connection_.emplace(backend_.take_unpinned());
 }
 
-DoorbellChannel::~DoorbellChannel() { drop(); }
+DoorbellChannel::~DoorbellChannel() {
+  drop();
+  if (!taken_) return;
+  // The waiting call ended without the attempt that would have claimed the key: free it.
+  try {
+    backend_.release(backend::LeaseRef{key_, owner_, taken_->token});
+  } catch (...) {
+    // Unreachable server: the lease runs out.
+  }
+}
+
+void DoorbellChannel::attempting(std::string_view owner, std::chrono::milliseconds ttl) {
+  owner_ = owner;
+  ttl_ = ttl;
+}
 
 bool DoorbellChannel::wait_until(std::chrono::steady_clock::time_point deadline) {
   drop();  // a doorbell left from an attempt that failed
@@ -256,14 +271,31 @@ bool DoorbellChannel::wait_until(std::chrono::steady_clock::time_point deadline)
     // back off instead of spinning, up to the holder's lease end that bounds `deadline`.
     std::this_thread::sleep_for(std::min<std::chrono::microseconds>(backoff_, left));
   }
+  const bool takes_over = takeover_ && !owner_.empty();
   const auto start = std::chrono::steady_clock::now();
-  std::vector<Row> rows;
+  bool rang = false;
   try {
-    rows = (*connection_)->query("SELECT GET_LOCK(?, ? / 1000000)", {std::string_view(bell_), left.count()});
+    if (takes_over) {
+      taken_ = takeover_(**connection_, owner_, ttl_, left);
+      if (taken_) {
+        taken_->sent = start;  // the server timed the lease from after this
+        backoff_ = std::chrono::milliseconds(0);
+        return true;
+      }
+      // Not taken: the bell may be ours all the same. The next attempt uses or returns it.
+      holds_bell_ = true;
+      rang = std::chrono::steady_clock::now() - start < left;
+    } else {
+      const auto rows = (*connection_)->query("SELECT GET_LOCK(?, ? / 1000000)", {std::string_view(bell_), left.count()});
+      rang = !rows.empty() && rows[0][0] == std::optional<std::string>("1");
+      holds_bell_ = rang;
+    }
   } catch (const SqlError& e) {
     if (!e.connection_broken && !ModeBackend::retryable(e)) raise(e, backend_.settings(), key_);
-    // The server ended this session (KILL, restart) or a lock wait gave up: nothing was held.
-    // Wake spuriously; the next attempt runs on a new connection.
+    // The server ended this session (KILL, restart): nothing is held. Or a lock wait gave up,
+    // the statement rolled back, and a takeover's bell may be held. Wake spuriously; the next
+    // attempt runs on a new connection, or returns the bell.
+    holds_bell_ = takes_over && !e.connection_broken;
     if (e.connection_broken) {
       Pool::Lease fresh = backend_.take_unpinned();
       connection_.reset();
@@ -271,10 +303,9 @@ bool DoorbellChannel::wait_until(std::chrono::steady_clock::time_point deadline)
     }
     return false;
   }
-  const bool rang = !rows.empty() && rows[0][0] == std::optional<std::string>("1");
-  holds_bell_ = rang;
   if (!rang) return false;
   if (std::chrono::steady_clock::now() - start < std::chrono::milliseconds(1)) {
+    // Rang at once yet the key is held: its holder took it without the bell.
     backoff_ = std::clamp(backoff_ * 2, std::chrono::milliseconds(1), std::chrono::milliseconds(250));
   } else {
     backoff_ = std::chrono::milliseconds(0);

@@ -152,9 +152,18 @@ class ModeBackend : public backend::Backend {
 // the holder's session releases it (its last release, or its end). The waiter keeps the bell
 // and makes its next attempt on the same connection, so the bell passes to the new holder
 // without anyone else seeing it free: one release wakes one waiter.
+//
+// A mode may give the channel a takeover: one statement that waits for the bell and, once it
+// rings, takes the key. The woken waiter then holds the key when its wait returns, and the
+// acquire() that follows hands that over: a round trip and two wake-ups fewer per handoff.
 class DoorbellChannel final : public backend::WakeChannel {
  public:
-  DoorbellChannel(ModeBackend& backend, std::string key);
+  // Waits up to `wait` for the bell on `connection`, then tries to take the key for `owner`.
+  // Returns the acquisition, or nothing when the key was not taken (the bell may be held).
+  using Takeover = std::function<std::optional<backend::Acquired>(
+      Connection& connection, std::string_view owner, std::chrono::milliseconds ttl, std::chrono::microseconds wait)>;
+
+  DoorbellChannel(ModeBackend& backend, std::string key, Takeover takeover = {});
   ~DoorbellChannel() override;
 
   void arm() override {}
@@ -162,6 +171,10 @@ class DoorbellChannel final : public backend::WakeChannel {
   void abandon() noexcept override { drop(); }
 
   Connection& connection() { return **connection_; }
+  // The waiting call's attempts: the takeover makes the next one inside the wait.
+  void attempting(std::string_view owner, std::chrono::milliseconds ttl);
+  // What the takeover acquired during the last wait, handed over once.
+  std::optional<backend::Acquired> claim() noexcept { return std::exchange(taken_, std::nullopt); }
   // The attempt made through this channel settled the bell: it went to the new lock, or the
   // conflict report gave it back.
   void bell_settled() noexcept { holds_bell_ = false; }
@@ -172,9 +185,13 @@ class DoorbellChannel final : public backend::WakeChannel {
   ModeBackend& backend_;
   std::string key_;
   std::string bell_;
+  Takeover takeover_;
   std::optional<Pool::Lease> connection_;  // replaced when the server ends it
   bool holds_bell_ = false;
   std::chrono::milliseconds backoff_{0};
+  std::string owner_;  // of the waiting call, once it made an attempt through the channel
+  std::chrono::milliseconds ttl_{0};
+  std::optional<backend::Acquired> taken_;
 };
 
 std::shared_ptr<backend::Backend> make_lease_backend(Settings settings);

@@ -12,42 +12,28 @@ namespace {
 // How long a newcomer waits on a key whose row is free while a woken waiter takes it over.
 constexpr std::chrono::milliseconds kHandoffRecheck{50};
 
-// The statements of lease mode for one table. Every expiry is judged by UTC_TIMESTAMP(6), the
-// server's clock, fixed for the duration of a statement.
+// The statements of lease mode for one table. Every expiry is judged by the server's clock:
+// UTC_TIMESTAMP(6), fixed for the duration of a statement, or in the takeover the time its
+// wait ended.
 struct LeaseSql {
   explicit LeaseSql(const std::string& table) {
     const std::string t = "`" + table + "`";
     const std::string seq = "`" + table + "_seq`";
     // Parameters: key, owner, ttl, bell, bell, owner, owner.
-    // The SELECT list tries the key's doorbell (GET_LOCK) and hands the result to the update
-    // through VALUES(doorbell). Columns are assigned left to right and later ones see the new
-    // values, so `owner` goes after everything that tests the old owner, and `expires_at` last.
-    // A row released by ringing the doorbell (doorbell = 2) may be taken only with the bell:
-    // the woken waiter holds it while it takes over, and a newcomer must not barge in. After a
-    // second it is open to all, so a bell kept by mistake cannot block the key. A row released
-    // without a ring, or expired, is open to anyone.
-    const std::string released =
-        "(owner = '' AND (doorbell <> 2 OR VALUES(doorbell) = 1 OR expires_at <= UTC_TIMESTAMP(6) - INTERVAL 1 SECOND))";
-    const std::string expired = "(owner <> '' AND expires_at <= UTC_TIMESTAMP(6))";
-    const std::string take = "(" + released + " OR " + expired + ")";
-    const std::string mine = "(owner = ? AND expires_at > UTC_TIMESTAMP(6))";
-    acquire = "INSERT INTO " + t +
-              " (name, owner, token, hold_count, acquired_at, expires_at, doorbell)"
-              " SELECT ?, ?, LAST_INSERT_ID(v + 1), 1, UTC_TIMESTAMP(6), UTC_TIMESTAMP(6) + INTERVAL ? MICROSECOND,"
-              " IF(IS_USED_LOCK(?) <=> CONNECTION_ID(), 1, COALESCE(GET_LOCK(?, 0), 0))"
-              " FROM " + seq + " WHERE id = 0 LOCK IN SHARE MODE"
-              " ON DUPLICATE KEY UPDATE"
-              " token = IF(" + take + ", LAST_INSERT_ID(token + 1), IF(" + mine + ", token + 0 * LAST_INSERT_ID(0), token)),"
-              " hold_count = IF(" + take + ", 1, IF(" + mine + ", hold_count + 1, hold_count)),"
-              " acquired_at = IF(" + take + ", UTC_TIMESTAMP(6), acquired_at),"
-              " doorbell = IF(" + take + ", VALUES(doorbell), doorbell),"
-              " owner = IF(" + take + ", VALUES(owner), owner),"
-              " expires_at = IF(owner = VALUES(owner), VALUES(expires_at), expires_at)";
+    const std::string try_bell = "IF(IS_USED_LOCK(?) <=> CONNECTION_ID(), 1, COALESCE(GET_LOCK(?, 0), 0))";
+    acquire = acquire_sql(t, seq, "UTC_TIMESTAMP(6)", try_bell, "");
+    // The takeover: the same, after waiting for the bell. Parameters: key, owner, ttl, bell,
+    // bell, wait in microseconds, owner, owner. The wait is a derived table, filled before the
+    // statement locks any row, so a waiter blocks no one. SYSDATE(6) (UTC, as every session
+    // runs in UTC) is read after the wait, so the lease runs from when the bell rang.
+    const std::string wait_bell = "IF(IS_USED_LOCK(?) <=> CONNECTION_ID(), 1, COALESCE(GET_LOCK(?, ? / 1000000), 0))";
+    takeover = acquire_sql(t, seq, "w.now", "w.rang",
+                           "(SELECT " + wait_bell + " AS rang, SYSDATE(6) AS now LIMIT 1) AS w, ");
     // After an acquire that changed nothing: the holder, and any doorbell taken for nothing.
     // Parameters: bell, bell, key.
     conflict = "SELECT owner, token, hold_count, TIMESTAMPDIFF(MICROSECOND, UTC_TIMESTAMP(6), expires_at),"
                " IF(IS_USED_LOCK(?) <=> CONNECTION_ID(), RELEASE_LOCK(?), 0) FROM " + t + " WHERE name = ?";
-    // A re-entry answers insert id 0 and is read back. Parameters: key, owner.
+    // Parameters: key, owner.
     reentered = "SELECT token, hold_count FROM " + t + " WHERE name = ? AND owner = ?";
     // Parameters: ttl, key, owner, token.
     renew = "UPDATE " + t + " SET expires_at = UTC_TIMESTAMP(6) + INTERVAL ? MICROSECOND, renewals = renewals + 1"
@@ -76,7 +62,35 @@ struct LeaseSql {
     delete_idle = "DELETE FROM " + t + " WHERE owner = '' OR expires_at <= ?";
   }
 
-  std::string acquire, conflict, reentered, renew, release, drop_bell, inspect, list_bounded, list_open, force_release,
+  // The acquire statement, with `now` and `rang` (the doorbell taken) read from `from`.
+  // The SELECT list hands the time and the doorbell to the update part, which reads them back
+  // as VALUES(acquired_at) and VALUES(doorbell). Columns are assigned left to right and later
+  // ones see the new values, so `owner` goes after everything that tests the old owner, and
+  // `expires_at` last. A row released by ringing the doorbell (doorbell = 2) may be taken only
+  // with the bell: the woken waiter holds it while it takes over, and a newcomer must not barge
+  // in. After a second it is open to all, so a bell kept by mistake cannot block the key. A row
+  // released without a ring, or expired, is open to anyone.
+  static std::string acquire_sql(const std::string& t, const std::string& seq, const std::string& now,
+                                 const std::string& rang, const std::string& from) {
+    const std::string at = "VALUES(acquired_at)";
+    const std::string released = "(owner = '' AND (doorbell <> 2 OR VALUES(doorbell) = 1 OR expires_at <= " + at +
+                                 " - INTERVAL 1 SECOND))";
+    const std::string expired = "(owner <> '' AND expires_at <= " + at + ")";
+    const std::string take = "(" + released + " OR " + expired + ")";
+    const std::string mine = "(owner = ? AND expires_at > " + at + ")";
+    return "INSERT INTO " + t + " (name, owner, token, hold_count, acquired_at, expires_at, doorbell)"
+           " SELECT ?, ?, LAST_INSERT_ID(v + 1), 1, " + now + ", " + now + " + INTERVAL ? MICROSECOND, " + rang +
+           " FROM " + from + seq + " WHERE id = 0 LOCK IN SHARE MODE"
+           " ON DUPLICATE KEY UPDATE"
+           " token = IF(" + take + ", LAST_INSERT_ID(token + 1), IF(" + mine + ", token + 0 * LAST_INSERT_ID(0), token)),"
+           " hold_count = IF(" + take + ", 1, IF(" + mine + ", hold_count + 1, hold_count)),"
+           " acquired_at = IF(" + take + ", " + at + ", acquired_at),"
+           " doorbell = IF(" + take + ", VALUES(doorbell), doorbell),"
+           " owner = IF(" + take + ", VALUES(owner), owner),"
+           " expires_at = IF(owner = VALUES(owner), VALUES(expires_at), expires_at)";
+  }
+
+  std::string acquire, takeover, conflict, reentered, renew, release, drop_bell, inspect, list_bounded, list_open, force_release,
       lock_floor, idle_cutoff, raise_floor, delete_idle;
 };
 
@@ -92,23 +106,16 @@ class LeaseBackend final : public ModeBackend {
     Attempt attempt = attempt_for(request, false);
     Connection* connection = attempt.connection;
     DoorbellChannel* channel = attempt.channel;
+    if (channel) {
+      if (auto taken = channel->claim()) return *taken;
+    }
     const std::int64_t ttl = ttl_us(request.ttl);
     const auto outcome = with_retries(request.key, [&] {
       return connection->execute(sql_.acquire, {request.key, request.owner, ttl, bell, bell, request.owner, request.owner});
     });
-    if (outcome.affected == 1 || (outcome.affected == 2 && outcome.insert_id != 0)) {
-      // A fresh row (its token is the floor plus one) or a takeover (the token plus one).
-      remember(request.key, request.owner, connection->serial());
+    if (auto acquired = settle(outcome, *connection, request.key, request.owner)) {
       if (channel) channel->bell_settled();
-      return backend::Acquired{outcome.insert_id, 1};
-    }
-    if (outcome.affected == 2) {  // a re-entry
-      const auto rows = with_retries(request.key, [&] {
-        return connection->query(sql_.reentered, {request.key, request.owner});
-      });
-      if (rows.empty()) throw BackendError("a re-entry of '" + std::string(request.key) + "' left no row", kName);
-      if (channel) channel->bell_settled();
-      return backend::Acquired{to_u64(rows[0][0]), static_cast<std::uint32_t>(to_u64(rows[0][1]))};
+      return *acquired;
     }
     // Unchanged: someone else holds it. Report who, and give back a doorbell taken for nothing.
     const auto rows = with_retries(request.key, [&] { return connection->query(sql_.conflict, {bell, bell, request.key}); });
@@ -123,6 +130,19 @@ class LeaseBackend final : public ModeBackend {
       holder.ttl_left = kHandoffRecheck;
     }
     return backend::Held{std::move(holder)};
+  }
+
+  std::unique_ptr<backend::WakeChannel> wake_channel(std::string_view key, std::string_view) override {
+    std::string held_key(key);
+    auto takeover = [this, held_key](Connection& connection, std::string_view owner, std::chrono::milliseconds ttl,
+                                     std::chrono::microseconds wait) {
+      const std::string bell = bell_name(held_key);
+      // Not retried here: the channel treats a failure as a spurious wake-up.
+      const auto outcome = connection.execute(sql_.takeover, {std::string_view(held_key), owner, ttl_us(ttl), bell,
+                                                              bell, wait.count(), owner, owner});
+      return settle(outcome, connection, held_key, owner);
+    };
+    return std::make_unique<DoorbellChannel>(*this, std::move(held_key), std::move(takeover));
   }
 
   bool renew(const backend::LeaseRef& lease, std::chrono::milliseconds ttl) override {
@@ -180,6 +200,21 @@ class LeaseBackend final : public ModeBackend {
   }
 
  private:
+  // The acquisition an acquire statement made, if any, read from its affected rows.
+  std::optional<backend::Acquired> settle(const Outcome& outcome, Connection& connection, std::string_view key,
+                                          std::string_view owner) {
+    if (outcome.affected == 1 || (outcome.affected == 2 && outcome.insert_id != 0)) {
+      // A fresh row (its token is the floor plus one) or a takeover (the token plus one).
+      remember(key, owner, connection.serial());
+      return backend::Acquired{outcome.insert_id, 1};
+    }
+    if (outcome.affected != 2) return std::nullopt;
+    // A re-entry: it answers insert id 0 and is read back.
+    const auto rows = with_retries(key, [&] { return connection.query(sql_.reentered, {key, owner}); });
+    if (rows.empty()) throw BackendError("a re-entry of '" + std::string(key) + "' left no row", kName);
+    return backend::Acquired{to_u64(rows[0][0]), static_cast<std::uint32_t>(to_u64(rows[0][1]))};
+  }
+
   LeaseSql sql_;
 };
 
