@@ -29,13 +29,20 @@ backends::mysql::Connection& connection_for(const std::string& url_text, std::un
   return *connection;
 }
 
+// Runs `f` on the shared connection, once more on a new one if the server had closed it
+// (a restart or KILL by a fault test).
 template <class F>
 void with_connection(const std::string& url, F&& f) {
-  std::unique_lock<std::mutex> lock;
-  try {
-    f(connection_for(url, lock));
-  } catch (const backends::mysql::SqlError& e) {
-    throw std::runtime_error("MySQL error " + std::to_string(e.code) + ": " + e.message);
+  for (int attempt = 0;; ++attempt) {
+    std::unique_lock<std::mutex> lock;
+    try {
+      f(connection_for(url, lock));
+      return;
+    } catch (const backends::mysql::SqlError& e) {
+      if (!e.connection_broken || attempt > 0) {
+        throw std::runtime_error("MySQL error " + std::to_string(e.code) + ": " + e.message);
+      }
+    }
   }
 }
 

@@ -1,6 +1,7 @@
 // Faults on a real MariaDB/MySQL server, through the public API: a server restart and killed
-// connections under a held lease and a blocked waiter, an unreachable or silent server, and
-// the set-up errors (password, database, privileges) that must name their fix.
+// connections under a held lock and a blocked waiter (lease and row mode keep the lock,
+// session mode loses it and its holder learns so), an unreachable or silent server, and the
+// set-up errors (password, database, privileges) that must name their fix.
 //
 // The server is the one scripts/servers/mariadb.sh starts (scripts/test.sh does), named by
 //   DLOCK_MYSQL_URL        all rights on the test database (every case needs it, or skips)
@@ -33,6 +34,7 @@
 #include "backends/mysql/mysql_backend.hpp"
 #include "dlock/client.hpp"
 #include "dlock/errors.hpp"
+#include "support/mysql_rows.hpp"
 
 #ifndef DLOCK_MARIADB_SCRIPT
 #error "DLOCK_MARIADB_SCRIPT must name scripts/servers/mariadb.sh"
@@ -260,6 +262,29 @@ class MysqlFault : public ::testing::Test {
     return killed;
   }
 
+  // The test's own table as a row-mode resource table, with a row for each key.
+  std::string row_url(std::initializer_list<const char*> keys) {
+    const std::string url = with_option(table_url(), "mode=row");
+    test::create_row_table(url_, table_);
+    for (const char* key : keys) test::insert_row(url_, table_, key);
+    return url;
+  }
+
+  // Restarts the server (mariadb.sh restart) and returns how long it took.
+  Clock::duration restart_server() {
+    const auto start = Clock::now();
+    const std::string command =
+        std::string(DLOCK_MARIADB_SCRIPT) + " restart '" + *env("DLOCK_MYSQL_DIR") + "' >/dev/null";
+    EXPECT_EQ(std::system(command.c_str()), 0) << command;  // NOLINT(concurrency-mt-unsafe)
+    const auto took = Clock::now() - start;
+    std::fprintf(stderr, "restart took %lld ms\n", ms(took));
+    return took;
+  }
+
+  // Shared by the modes whose lock outlives a connection (lease, row).
+  void restart_while_held(const std::string& url);
+  void killed_connection(const std::string& url);
+
   // How many sessions of `user` are blocked in GET_LOCK (a waiter's doorbell).
   int sessions_in_user_lock(const std::string& user) {
     RawConnection admin(admin_url_);
@@ -281,6 +306,20 @@ class MysqlFault : public ::testing::Test {
       GTEST_SKIP() << missing_ << " is not set (scripts/servers/mariadb.sh writes it)"; \
   } while (0)
 
+// Records the first loss of a lease and when it happened.
+struct LossProbe {
+  std::promise<std::pair<LossInfo, Clock::time_point>> promise;
+  std::future<std::pair<LossInfo, Clock::time_point>> future = promise.get_future();
+  std::atomic<int> calls{0};
+
+  std::function<void(const LossInfo&)> callback() {
+    return [this](const LossInfo& info) {
+      if (calls++ == 0) promise.set_value({info, Clock::now()});
+    };
+  }
+  bool wait(Clock::duration timeout) { return future.wait_for(timeout) == std::future_status::ready; }
+};
+
 LockOptions renewed(std::chrono::milliseconds ttl) {
   LockOptions options;
   options.ttl = ttl;
@@ -293,11 +332,10 @@ LockOptions renewed(std::chrono::milliseconds ttl) {
 // A lease taken before a server restart is still ours after it: the row is on disk and its
 // expiry is judged by the server's clock. The holder's renewals reconnect and go on, another
 // client (opened before the restart too) cannot take the key, and release works.
-TEST_F(MysqlFault, ServerRestartWhileHeld) {
-  NEED("DLOCK_MYSQL_DIR");
+void MysqlFault::restart_while_held(const std::string& url) {
   const auto ttl = 15s;
-  Client holder = Client::open(table_url());
-  Client other = Client::open(table_url());
+  Client holder = Client::open(url);
+  Client other = Client::open(url);
   Lease lease = holder.acquire("k", renewed(ttl));
   const std::uint64_t token = lease.token();
   const auto first_valid_until = lease.valid_until();
@@ -310,12 +348,7 @@ TEST_F(MysqlFault, ServerRestartWhileHeld) {
     loss_reported = true;
   });
 
-  const auto restart_start = Clock::now();
-  const std::string command =
-      std::string(DLOCK_MARIADB_SCRIPT) + " restart '" + *env("DLOCK_MYSQL_DIR") + "' >/dev/null";
-  ASSERT_EQ(std::system(command.c_str()), 0) << command;  // NOLINT(concurrency-mt-unsafe)
-  const auto restart_took = Clock::now() - restart_start;
-  std::fprintf(stderr, "restart took %lld ms\n", ms(restart_took));
+  const auto restart_took = restart_server();
   ASSERT_LT(restart_took, ttl / 2) << "the restart took too long for this test's TTL to tell anything";
 
   EXPECT_TRUE(lease.held()) << "the lease was dropped by the restart";
@@ -354,16 +387,60 @@ TEST_F(MysqlFault, ServerRestartWhileHeld) {
   EXPECT_NO_THROW(next.lease().release());
 }
 
+TEST_F(MysqlFault, ServerRestartWhileHeld) {
+  NEED("DLOCK_MYSQL_DIR");
+  restart_while_held(table_url());
+}
+
+// Row mode keeps the lock in the user's rows, on disk like lease mode's.
+TEST_F(MysqlFault, RowModeServerRestartWhileHeld) {
+  NEED("DLOCK_MYSQL_DIR");
+  restart_while_held(row_url({"k"}));
+}
+
+// Session mode: the lock is the holder's session, and a restart ends every session. Another
+// client may take the key as soon as the server is back, and the holder learns of the loss
+// at its next renewal: the server answers "not yours" (not_owner).
+TEST_F(MysqlFault, SessionModeServerRestartLosesTheLock) {
+  NEED("DLOCK_MYSQL_DIR");
+  const auto ttl = 9s;
+  const std::string url = with_option(table_url(), "mode=session");
+  Client holder = Client::open(url);
+  Client other = Client::open(url);
+  Lease lease = holder.acquire("k", renewed(ttl));
+  const std::uint64_t token = lease.token();
+  LossProbe probe;
+  lease.on_lost(probe.callback());
+
+  const auto restart_took = restart_server();
+  ASSERT_LT(restart_took, ttl / 3) << "the restart took too long for this test's TTL to tell anything";
+  const auto back = Clock::now();
+
+  Attempt taken = first_call_after_drop("try_acquire on a client opened before a server restart",
+                                        [&] { return other.try_acquire("k", LockOptions{.ttl = 5s}); });
+  ASSERT_TRUE(taken) << "the key was still held after the restart ended the holder's session";
+  EXPECT_GT(taken.lease().token(), token);
+
+  ASSERT_TRUE(probe.wait(ttl)) << "the holder never learned that the restart ended its lock";
+  const auto [info, lost_at] = probe.future.get();
+  std::fprintf(stderr, "the holder learned of the loss %lld ms after the server was back: %s\n",
+               ms(lost_at - back), info.message.c_str());
+  EXPECT_EQ(info.reason, LossReason::not_owner) << to_string(info.reason) << ": " << info.message;
+  EXPECT_EQ(info.token, token);
+  EXPECT_FALSE(lease.held());
+  EXPECT_THROW(lease.release(), LockLostError);
+  EXPECT_NO_THROW(taken.lease().release());
+}
+
 // KILL CONNECTION while a holder renews and a waiter on another client is blocked in its
 // doorbell (GET_LOCK): first the waiter's session alone, then every session of the dlock
 // user. Both recover: the holder keeps the lease, renews, and releases cleanly even right
 // after a further KILL; the waiter goes on waiting and gets the key after that release.
-TEST_F(MysqlFault, KilledConnection) {
-  NEED("DLOCK_MYSQL_ADMIN_URL");
+void MysqlFault::killed_connection(const std::string& url) {
   const std::string user = UrlParts::parse(url_).user;
   const auto ttl = 6s;
-  Client holder_client = Client::open(table_url());
-  Client waiter_client = Client::open(table_url());
+  Client holder_client = Client::open(url);
+  Client waiter_client = Client::open(url);
   Lease lease = holder_client.acquire("k", renewed(ttl));
   const std::uint64_t token = lease.token();
   std::atomic<bool> loss_reported{false};
@@ -470,6 +547,60 @@ TEST_F(MysqlFault, KilledConnection) {
   EXPECT_LT(waited, ttl + 2s) << "the waiter took " << ms(waited) << " ms to notice the release";
   std::fprintf(stderr, "the waiter had the key %lld ms after release\n", ms(waited));
   EXPECT_FALSE(holder_client.inspect("k"));
+}
+
+TEST_F(MysqlFault, KilledConnection) {
+  NEED("DLOCK_MYSQL_ADMIN_URL");
+  killed_connection(table_url());
+}
+
+TEST_F(MysqlFault, RowModeKilledConnection) {
+  NEED("DLOCK_MYSQL_ADMIN_URL");
+  killed_connection(row_url({"k"}));
+}
+
+// Session mode: KILL CONNECTION of the holder's session frees the key at once. A waiter on
+// another client, blocked on the key, gets it without waiting for any TTL, and the holder
+// learns of the loss at its next renewal.
+TEST_F(MysqlFault, SessionModeKilledHolder) {
+  NEED("DLOCK_MYSQL_ADMIN_URL");
+  const auto ttl = 6s;
+  const std::string url = with_option(table_url(), "mode=session");
+  Client holder_client = Client::open(url);
+  Client waiter_client = Client::open(url);
+  Lease lease = holder_client.acquire("k", renewed(ttl));
+  const std::uint64_t token = lease.token();
+  LossProbe probe;
+  lease.on_lost(probe.callback());
+
+  auto waiter = std::async(std::launch::async, [&] {
+    Attempt attempt = waiter_client.try_acquire_for("k", 60s, LockOptions{.ttl = 30s});
+    return std::make_pair(std::move(attempt), Clock::now());
+  });
+  const std::string user = UrlParts::parse(url_).user;
+  ASSERT_TRUE(eventually([&] { return sessions_in_user_lock(user) >= 1; }, 10s))
+      << "the waiter never blocked in GET_LOCK";
+
+  RawConnection admin(admin_url_);
+  ASSERT_TRUE(admin.ok()) << admin.error();
+  const auto session = admin.query("SELECT session_id FROM `" + table_ + "` WHERE name = 'k'");
+  ASSERT_TRUE(session && session->size() == 1) << admin.error();
+  const auto killed_at = Clock::now();
+  ASSERT_TRUE(admin.query("KILL CONNECTION " + session->at(0).at(0))) << admin.error();
+
+  ASSERT_EQ(waiter.wait_for(ttl), std::future_status::ready) << "the waiter did not get the key of a killed session";
+  auto [attempt, at] = waiter.get();
+  ASSERT_TRUE(attempt) << "the waiter gave up on the key of a killed session";
+  EXPECT_GT(attempt.lease().token(), token);
+  std::fprintf(stderr, "the waiter had the key %lld ms after the KILL\n", ms(at - killed_at));
+  EXPECT_LT(at - killed_at, 2s) << "the waiter waited for a timeout, not for the session's end";
+
+  ASSERT_TRUE(probe.wait(ttl)) << "the holder never learned that its session was killed";
+  const auto [info, lost_at] = probe.future.get();
+  EXPECT_EQ(info.reason, LossReason::not_owner) << to_string(info.reason) << ": " << info.message;
+  EXPECT_LT(lost_at - killed_at, ttl / 3 + 2s) << "the loss was not found at the next renewal";
+  EXPECT_THROW(lease.release(), LockLostError);
+  EXPECT_NO_THROW(attempt.lease().release());
 }
 
 // ---- The server is not there ----
