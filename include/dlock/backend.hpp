@@ -87,13 +87,18 @@ struct LeaseRef {
 // acquire attempt and, when the attempt found the key held, wait_until(). A release (or
 // force-release) that happens after arm() must make the following wait_until() return
 // promptly. Lease expiry needs no wake-up: the core never waits past the holder's ttl_left.
-// A release should wake O(1) waiters, not all of them. Every attempt of one waiting call has
-// the same key, owner and TTL, and every wait_until() is followed by an attempt through the
-// channel: a channel may make that attempt inside the wait and hand acquire() its result.
+// A release should wake O(1) waiters, not all of them. Every wait_until() is followed by an
+// attempt through the channel, so a channel may make that attempt inside the wait and hand
+// acquire() its result (see attempts_in_wait).
 class DLOCK_EXPORT WakeChannel {
  public:
   virtual ~WakeChannel() = default;
   virtual void arm() = 0;
+  // Offered once, right after the channel is made, with the request of the waiting call (every
+  // attempt of which has the same key, owner and TTL). A channel that makes the attempt inside
+  // each wait returns true; the core then waits at once instead of attempting first, as the
+  // attempt inside the wait sees any release since the last one.
+  virtual bool attempts_in_wait(const AcquireRequest& /*request*/) { return false; }
   // Blocks until woken, the deadline (steady clock), or spuriously. True when woken.
   virtual bool wait_until(std::chrono::steady_clock::time_point deadline) = 0;
   // The waiter stops without taking the lock after a wake-up it consumed: wake-one channels

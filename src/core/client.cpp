@@ -112,9 +112,9 @@ Attempt ClientState::acquire_until(std::string_view key, const LockOptions& opti
       return Attempt(std::move(holder));
     }
     if (!wake) {
-      // Arm before the next attempt, so a release between the attempt and the wait is seen.
       wake = backend->wake_channel(key, ticket);
-      continue;
+      // Arm before the next attempt, so a release between the attempt and the wait is seen.
+      if (!wake->attempts_in_wait({key, spec.owner, spec.ttl, ticket})) continue;
     }
     wake->wait_until(wait_deadline);
   }

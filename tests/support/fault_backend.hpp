@@ -87,7 +87,10 @@ class FaultBackend final : public backend::Backend {
     ++acquire_calls_;
     last_acquire_.store(std::chrono::steady_clock::now().time_since_epoch().count());
     sleep_ms(acquire_delay_ms_.load());
-    auto result = inner_->acquire(request);
+    // The inner backend gets its own channel back: it may carry the attempt (MySQL's does).
+    backend::AcquireRequest forwarded = request;
+    if (auto* counting = dynamic_cast<CountingWakeChannel*>(request.wake)) forwarded.wake = counting->inner();
+    auto result = inner_->acquire(forwarded);
     if (auto* acquired = std::get_if<backend::Acquired>(&result); acquired && backdate_ms_.load() > 0) {
       acquired->sent = last_acquire_started() - milliseconds(backdate_ms_.load());
     }
@@ -134,11 +137,15 @@ class FaultBackend final : public backend::Backend {
                         std::shared_ptr<std::atomic<std::uint64_t>> waits)
         : inner_(std::move(inner)), waits_(std::move(waits)) {}
     void arm() override { inner_->arm(); }
+    bool attempts_in_wait(const backend::AcquireRequest& request) override {
+      return inner_->attempts_in_wait(request);
+    }
     bool wait_until(std::chrono::steady_clock::time_point deadline) override {
       ++*waits_;
       return inner_->wait_until(deadline);
     }
     void abandon() noexcept override { inner_->abandon(); }
+    backend::WakeChannel* inner() const noexcept { return inner_.get(); }
 
    private:
     std::unique_ptr<backend::WakeChannel> inner_;

@@ -117,7 +117,6 @@ ModeBackend::Attempt ModeBackend::attempt_for(const backend::AcquireRequest& req
   Attempt attempt;
   attempt.channel = dynamic_cast<DoorbellChannel*>(request.wake);
   if (attempt.channel) {
-    attempt.channel->attempting(request.owner, request.ttl);
     attempt.connection = &attempt.channel->connection();
     return attempt;
   }
@@ -253,9 +252,11 @@ DoorbellChannel::~DoorbellChannel() {
   }
 }
 
-void DoorbellChannel::attempting(std::string_view owner, std::chrono::milliseconds ttl) {
-  owner_ = owner;
-  ttl_ = ttl;
+bool DoorbellChannel::attempts_in_wait(const backend::AcquireRequest& request) {
+  if (!takeover_) return false;
+  owner_ = request.owner;
+  ttl_ = request.ttl;
+  return true;
 }
 
 bool DoorbellChannel::wait_until(std::chrono::steady_clock::time_point deadline) {

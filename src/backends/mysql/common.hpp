@@ -167,12 +167,11 @@ class DoorbellChannel final : public backend::WakeChannel {
   ~DoorbellChannel() override;
 
   void arm() override {}
+  bool attempts_in_wait(const backend::AcquireRequest& request) override;
   bool wait_until(std::chrono::steady_clock::time_point deadline) override;
   void abandon() noexcept override { drop(); }
 
   Connection& connection() { return **connection_; }
-  // The waiting call's attempts: the takeover makes the next one inside the wait.
-  void attempting(std::string_view owner, std::chrono::milliseconds ttl);
   // What the takeover acquired during the last wait, handed over once.
   std::optional<backend::Acquired> claim() noexcept { return std::exchange(taken_, std::nullopt); }
   // The attempt made through this channel settled the bell: it went to the new lock, or the
@@ -189,7 +188,7 @@ class DoorbellChannel final : public backend::WakeChannel {
   std::optional<Pool::Lease> connection_;  // replaced when the server ends it
   bool holds_bell_ = false;
   std::chrono::milliseconds backoff_{0};
-  std::string owner_;  // of the waiting call, once it made an attempt through the channel
+  std::string owner_;  // of the waiting call, when the takeover attempts for it
   std::chrono::milliseconds ttl_{0};
   std::optional<backend::Acquired> taken_;
 };
