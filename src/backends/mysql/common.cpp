@@ -204,8 +204,20 @@ void ModeBackend::ensure_lock_table(Connection& connection) {
   try {
     // The token floor is the last thing the DDL makes: a concurrent first user may have
     // created only the tables so far.
-    if (!connection.query("SELECT v FROM `" + table + "_seq` WHERE id = 0", {}).empty()) return;
+    if (!connection.query("SELECT v FROM `" + table + "_seq` WHERE id = 0", {}).empty()) {
+      connection.query("SELECT session_id, heir_owner, heir_ttl_us, heir_session FROM `" + table + "` LIMIT 0", {});
+      return;
+    }
   } catch (const SqlError& e) {
+    if (e.code == ER_BAD_FIELD_ERROR) {
+      throw ConfigurationError(
+          "table '" + table + "' was made by an earlier dlock and lacks columns (" + e.message +
+              "): add those missing of ALTER TABLE `" + table +
+              "` ADD COLUMN session_id BIGINT UNSIGNED NOT NULL DEFAULT 0, ADD COLUMN heir_owner VARBINARY(128) NOT NULL"
+              " DEFAULT '', ADD COLUMN heir_ttl_us BIGINT UNSIGNED NOT NULL DEFAULT 0, ADD COLUMN heir_session BIGINT"
+              " UNSIGNED NOT NULL DEFAULT 0; or, while no lock is held, drop it and `" + table + "_seq` to have them made anew",
+          kName);
+    }
     if (e.code != ER_NO_SUCH_TABLE) raise(e, settings_);
   }
   const std::string fix = "create it with the DDL of `dlock schema mysql --table " + table + "`";
@@ -236,13 +248,14 @@ void ModeBackend::ensure_lock_table(Connection& connection) {
   }
 }
 
-DoorbellChannel::DoorbellChannel(ModeBackend& backend, std::string key, Takeover takeover)
+DoorbellChannel::DoorbellChannel(ModeBackend& backend, std::string key, std::unique_ptr<Takeover> takeover)
     : backend_(backend), key_(std::move(key)), bell_(backend.bell_name(key_)), takeover_(std::move(takeover)) {
   connection_.emplace(backend_.take_unpinned());
 }
 
 DoorbellChannel::~DoorbellChannel() {
   drop();
+  if (takeover_ && !owner_.empty()) takeover_->finish(**connection_, owner_, acquired_);
   if (!taken_) return;
   // The waiting call ended without the attempt that would have claimed the key: free it.
   try {
@@ -277,15 +290,15 @@ bool DoorbellChannel::wait_until(std::chrono::steady_clock::time_point deadline)
   bool rang = false;
   try {
     if (takes_over) {
-      taken_ = takeover_(**connection_, owner_, ttl_, left);
-      if (taken_) {
-        taken_->sent = start;  // the server timed the lease from after this
+      Takeover::Outcome outcome = takeover_->wait(**connection_, owner_, ttl_, left);
+      holds_bell_ = outcome.rang;
+      if (outcome.acquired) {
+        taken_ = std::move(outcome.acquired);
+        holds_bell_ = false;  // it went to the new lock
         backoff_ = std::chrono::milliseconds(0);
         return true;
       }
-      // Not taken: the bell may be ours all the same. The next attempt uses or returns it.
-      holds_bell_ = true;
-      rang = std::chrono::steady_clock::now() - start < left;
+      rang = outcome.rang;
     } else {
       const auto rows = (*connection_)->query("SELECT GET_LOCK(?, ? / 1000000)", {std::string_view(bell_), left.count()});
       rang = !rows.empty() && rows[0][0] == std::optional<std::string>("1");
@@ -298,6 +311,7 @@ bool DoorbellChannel::wait_until(std::chrono::steady_clock::time_point deadline)
     // attempt runs on a new connection, or returns the bell.
     holds_bell_ = takes_over && !e.connection_broken;
     if (e.connection_broken) {
+      if (takeover_) takeover_->session_lost();
       Pool::Lease fresh = backend_.take_unpinned();
       connection_.reset();
       connection_.emplace(std::move(fresh));
@@ -342,6 +356,9 @@ std::string lock_table_schema(const std::string& table) {
          "  doorbell    TINYINT         NOT NULL DEFAULT 0,  -- 1: the holder's session holds the key's GET_LOCK bell,\n"
          "                                                   -- 2: released by ringing it (a waiter is taking over)\n"
          "  session_id  BIGINT UNSIGNED NOT NULL DEFAULT 0,  -- session mode: the connection holding the lock\n"
+         "  heir_owner  VARBINARY(128)  NOT NULL DEFAULT '', -- lease mode: the waiter the next release hands the key to,\n"
+         "  heir_ttl_us BIGINT UNSIGNED NOT NULL DEFAULT 0,  --   the TTL it asked for,\n"
+         "  heir_session BIGINT UNSIGNED NOT NULL DEFAULT 0, --   and its connection\n"
          "  PRIMARY KEY (name)\n"
          ") ENGINE=InnoDB;\n"
          "CREATE TABLE IF NOT EXISTS `" +

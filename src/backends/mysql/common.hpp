@@ -73,6 +73,8 @@ class ModeBackend : public backend::Backend {
   std::string bell_name(std::string_view key) const;
 
   Pool::Lease take();
+  // The serial of the connection holding this owner's doorbell (or session lock) for the key.
+  void remember(std::string_view key, std::string_view owner, std::uint64_t connection_serial);
   // A connection no held lock is pinned to, for a waiter that may block on it for long, and
   // in session mode for a new lock (a connection holds at most one).
   Pool::Lease take_unpinned();
@@ -106,8 +108,6 @@ class ModeBackend : public backend::Backend {
     Connection* connection = nullptr;
   };
   Attempt attempt_for(const backend::AcquireRequest& request, bool unpinned);
-  // The serial of the connection holding this owner's doorbell (or session lock) for the key.
-  void remember(std::string_view key, std::string_view owner, std::uint64_t connection_serial);
   std::optional<std::uint64_t> remembered(std::string_view key, std::string_view owner);
   void forget(std::string_view key, std::string_view owner);
 
@@ -153,17 +153,28 @@ class ModeBackend : public backend::Backend {
 // and makes its next attempt on the same connection, so the bell passes to the new holder
 // without anyone else seeing it free: one release wakes one waiter.
 //
-// A mode may give the channel a takeover: one statement that waits for the bell and, once it
-// rings, takes the key. The woken waiter then holds the key when its wait returns, and the
-// acquire() that follows hands that over: a round trip and two wake-ups fewer per handoff.
+// A mode may give the channel a takeover, which waits its own way and can come back holding
+// the key; the acquire() that follows then hands that over (lease mode's heir handoff).
+class Takeover {
+ public:
+  struct Outcome {
+    std::optional<backend::Acquired> acquired;  // its `sent` set
+    bool rang = false;                          // the bell is this session's now
+  };
+  virtual ~Takeover() = default;
+  // Waits on `connection` for at most `wait` for the key to become `owner`'s, or the bell.
+  virtual Outcome wait(Connection& connection, std::string_view owner, std::chrono::milliseconds ttl,
+                       std::chrono::microseconds wait) = 0;
+  // The server ended the session: whatever it held is gone.
+  virtual void session_lost() noexcept = 0;
+  // The waiting call ends, `acquired` or not: frees what the waits hold, and a key handed to
+  // `owner` after the last wait.
+  virtual void finish(Connection& connection, std::string_view owner, bool acquired) noexcept = 0;
+};
+
 class DoorbellChannel final : public backend::WakeChannel {
  public:
-  // Waits up to `wait` for the bell on `connection`, then tries to take the key for `owner`.
-  // Returns the acquisition, or nothing when the key was not taken (the bell may be held).
-  using Takeover = std::function<std::optional<backend::Acquired>(
-      Connection& connection, std::string_view owner, std::chrono::milliseconds ttl, std::chrono::microseconds wait)>;
-
-  DoorbellChannel(ModeBackend& backend, std::string key, Takeover takeover = {});
+  DoorbellChannel(ModeBackend& backend, std::string key, std::unique_ptr<Takeover> takeover = {});
   ~DoorbellChannel() override;
 
   void arm() override {}
@@ -172,8 +183,14 @@ class DoorbellChannel final : public backend::WakeChannel {
   void abandon() noexcept override { drop(); }
 
   Connection& connection() { return **connection_; }
+  Takeover* takeover() noexcept { return takeover_.get(); }
   // What the takeover acquired during the last wait, handed over once.
-  std::optional<backend::Acquired> claim() noexcept { return std::exchange(taken_, std::nullopt); }
+  std::optional<backend::Acquired> claim() noexcept {
+    if (taken_) acquired_ = true;
+    return std::exchange(taken_, std::nullopt);
+  }
+  // An attempt through this channel took the key.
+  void acquired() noexcept { acquired_ = true; }
   // The attempt made through this channel settled the bell: it went to the new lock, or the
   // conflict report gave it back.
   void bell_settled() noexcept { holds_bell_ = false; }
@@ -184,13 +201,14 @@ class DoorbellChannel final : public backend::WakeChannel {
   ModeBackend& backend_;
   std::string key_;
   std::string bell_;
-  Takeover takeover_;
+  std::unique_ptr<Takeover> takeover_;
   std::optional<Pool::Lease> connection_;  // replaced when the server ends it
   bool holds_bell_ = false;
   std::chrono::milliseconds backoff_{0};
   std::string owner_;  // of the waiting call, when the takeover attempts for it
   std::chrono::milliseconds ttl_{0};
   std::optional<backend::Acquired> taken_;
+  bool acquired_ = false;  // the waiting call got the key through this channel
 };
 
 std::shared_ptr<backend::Backend> make_lease_backend(Settings settings);

@@ -12,23 +12,44 @@ namespace {
 // How long a newcomer waits on a key whose row is free while a woken waiter takes it over.
 constexpr std::chrono::milliseconds kHandoffRecheck{50};
 
-// The statements of lease mode for one table. Every expiry is judged by the server's clock:
-// UTC_TIMESTAMP(6), fixed for the duration of a statement, or in the takeover the time its
-// wait ended.
+// The GET_LOCK whose holder is the key's heir, next to its doorbell `bell`.
+std::string heir_slot(const std::string& bell) { return bell + ":heir"; }
+
+// The heir of a key: the one waiter whose session holds the key's heir slot (a GET_LOCK next
+// to the doorbell; the other waiters wait for the slot). It writes itself into the row
+// (heir_owner, heir_ttl_us, heir_session), and the holder's last release hands the key
+// straight to it in the same statement: the heir then only reads that it holds the key, and
+// a handoff costs one commit, not two. A heir whose session ended is passed over.
+//
+// The statements of lease mode for one table. Every expiry is judged by UTC_TIMESTAMP(6),
+// the server's clock, fixed for the duration of a statement.
 struct LeaseSql {
   explicit LeaseSql(const std::string& table) {
     const std::string t = "`" + table + "`";
     const std::string seq = "`" + table + "_seq`";
     // Parameters: key, owner, ttl, bell, bell, owner, owner.
-    const std::string try_bell = "IF(IS_USED_LOCK(?) <=> CONNECTION_ID(), 1, COALESCE(GET_LOCK(?, 0), 0))";
-    acquire = acquire_sql(t, seq, "UTC_TIMESTAMP(6)", try_bell, "");
-    // The takeover: the same, after waiting for the bell. Parameters: key, owner, ttl, bell,
-    // bell, wait in microseconds, owner, owner. The wait is a derived table, filled before the
-    // statement locks any row, so a waiter blocks no one. SYSDATE(6) (UTC, as every session
-    // runs in UTC) is read after the wait, so the lease runs from when the bell rang.
-    const std::string wait_bell = "IF(IS_USED_LOCK(?) <=> CONNECTION_ID(), 1, COALESCE(GET_LOCK(?, ? / 1000000), 0))";
-    takeover = acquire_sql(t, seq, "w.now", "w.rang",
-                           "(SELECT " + wait_bell + " AS rang, SYSDATE(6) AS now LIMIT 1) AS w, ");
+    acquire = acquire_sql(t, seq);
+    // The heir writes itself in. Never as heir of its own owner, which would hand the key
+    // back to its releaser. Parameters: owner, ttl, key, owner, slot.
+    become_heir = "UPDATE " + t + " SET heir_owner = ?, heir_ttl_us = ?, heir_session = CONNECTION_ID()"
+                  " WHERE name = ? AND owner <> ? AND IS_USED_LOCK(?) <=> CONNECTION_ID()";
+    // The heir's wait: for the doorbell (a derived table, filled before any row is read, so a
+    // waiter holds no InnoDB lock), then a locking read of the row, which waits for the
+    // releasing statement's commit. A key handed to this session is owned by the heir with
+    // heir_owner '' and heir_session its session; the heir slot is then freed for the next
+    // waiter. Returns (the key is ours, token, rang).
+    // Parameters: owner, owner, slot, bell, bell, wait in microseconds, key.
+    const std::string handed_to = "(t.owner <=> ? AND t.heir_owner = '' AND t.heir_session = CONNECTION_ID())";
+    heir_wait = "SELECT " + handed_to + ", t.token, w.rang, IF(" + handed_to + ", RELEASE_LOCK(?), 0)"
+                " FROM (SELECT IF(IS_USED_LOCK(?) <=> CONNECTION_ID(), 1, COALESCE(GET_LOCK(?, ? / 1000000), 0))"
+                " AS rang LIMIT 1) AS w LEFT JOIN " + t + " AS t ON t.name = ? LOCK IN SHARE MODE";
+    // A heir that stops waiting. Parameters: key.
+    quit_heir = "UPDATE " + t + " SET heir_owner = '', heir_session = 0"
+                " WHERE name = ? AND heir_owner <> '' AND heir_session = CONNECTION_ID()";
+    // A key handed to this session and not yet claimed. Parameters: key, owner.
+    handed = "SELECT token FROM " + t +
+             " WHERE name = ? AND owner = ? AND heir_owner = '' AND heir_session = CONNECTION_ID()";
+    drop_slot = "SELECT RELEASE_LOCK(?)";
     // After an acquire that changed nothing: the holder, and any doorbell taken for nothing.
     // Parameters: bell, bell, key.
     conflict = "SELECT owner, token, hold_count, TIMESTAMPDIFF(MICROSECOND, UTC_TIMESTAMP(6), expires_at),"
@@ -38,12 +59,25 @@ struct LeaseSql {
     // Parameters: ttl, key, owner, token.
     renew = "UPDATE " + t + " SET expires_at = UTC_TIMESTAMP(6) + INTERVAL ? MICROSECOND, renewals = renewals + 1"
             " WHERE name = ? AND owner = ? AND token = ? AND expires_at > UTC_TIMESTAMP(6)";
-    // The holds left come back as the insert id. The last hold frees the row and rings the
-    // doorbell when this session holds it. Parameters: bell, bell, key, owner, token.
-    release = "UPDATE " + t + " SET owner = IF(hold_count <= 1, '', owner),"
-              " expires_at = IF(hold_count <= 1, UTC_TIMESTAMP(6), expires_at),"
+    // The holds left come back as the insert id. The last hold hands the key to a live heir
+    // (a new token, the heir's TTL, one hold; heir_owner '' and heir_session kept mark it
+    // unclaimed) or frees the row, and rings the doorbell when this session holds it. Columns
+    // are assigned left to right and later ones see the new values: after the first,
+    // `hold_count <= 1 AND owner <> ''` means "handed over". The heir's lease runs from
+    // SYSDATE(6), read once the row is locked: after the heir's last look at the row, from
+    // whose sending the heir times it (UTC_TIMESTAMP(6) is the statement's start, which a
+    // lock wait can put before that). Parameters: slot, bell, bell, key, owner, token.
+    const std::string handed_over = "(hold_count <= 1 AND owner <> '')";
+    release = "UPDATE " + t + " SET owner = IF(hold_count <= 1,"
+              " IF(heir_owner <> '' AND heir_owner <> owner AND IS_USED_LOCK(?) <=> heir_session, heir_owner, ''), owner),"
+              " token = IF(" + handed_over + ", token + 1, token),"
+              " acquired_at = IF(" + handed_over + ", SYSDATE(6), acquired_at),"
+              " expires_at = IF(hold_count <= 1, IF(owner <> '', SYSDATE(6) + INTERVAL heir_ttl_us MICROSECOND,"
+              " UTC_TIMESTAMP(6)), expires_at),"
               " doorbell = IF(hold_count <= 1, IF(IS_USED_LOCK(?) <=> CONNECTION_ID(), 2 + 0 * RELEASE_LOCK(?), 0), doorbell),"
-              " hold_count = LAST_INSERT_ID(hold_count - 1)"
+              " heir_owner = IF(hold_count <= 1, '', heir_owner),"
+              " heir_session = IF(hold_count <= 1 AND owner = '', 0, heir_session),"
+              " hold_count = IF(" + handed_over + ", 1 + 0 * LAST_INSERT_ID(0), LAST_INSERT_ID(hold_count - 1))"
               " WHERE name = ? AND owner = ? AND token = ? AND expires_at > UTC_TIMESTAMP(6)";
     drop_bell = "SELECT IF(IS_USED_LOCK(?) <=> CONNECTION_ID(), RELEASE_LOCK(?), 0)";
     const std::string live = "owner <> '' AND expires_at > UTC_TIMESTAMP(6)";
@@ -62,36 +96,112 @@ struct LeaseSql {
     delete_idle = "DELETE FROM " + t + " WHERE owner = '' OR expires_at <= ?";
   }
 
-  // The acquire statement, with `now` and `rang` (the doorbell taken) read from `from`.
-  // The SELECT list hands the time and the doorbell to the update part, which reads them back
-  // as VALUES(acquired_at) and VALUES(doorbell). Columns are assigned left to right and later
-  // ones see the new values, so `owner` goes after everything that tests the old owner, and
-  // `expires_at` last. A row released by ringing the doorbell (doorbell = 2) may be taken only
-  // with the bell: the woken waiter holds it while it takes over, and a newcomer must not barge
-  // in. After a second it is open to all, so a bell kept by mistake cannot block the key. A row
-  // released without a ring, or expired, is open to anyone.
-  static std::string acquire_sql(const std::string& t, const std::string& seq, const std::string& now,
-                                 const std::string& rang, const std::string& from) {
-    const std::string at = "VALUES(acquired_at)";
-    const std::string released = "(owner = '' AND (doorbell <> 2 OR VALUES(doorbell) = 1 OR expires_at <= " + at +
-                                 " - INTERVAL 1 SECOND))";
-    const std::string expired = "(owner <> '' AND expires_at <= " + at + ")";
+  // The SELECT list tries the key's doorbell (GET_LOCK) and hands the result to the update
+  // through VALUES(doorbell). Columns are assigned left to right and later ones see the new
+  // values, so `owner` goes after everything that tests the old owner, and `expires_at` last.
+  // A row released by ringing the doorbell (doorbell = 2) may be taken only with the bell: the
+  // woken waiter holds it while it takes over, and a newcomer must not barge in. After a second
+  // it is open to all, so a bell kept by mistake cannot block the key. A row released without
+  // a ring, or expired, is open to anyone. A heir that takes the key so is a heir no more.
+  static std::string acquire_sql(const std::string& t, const std::string& seq) {
+    const std::string released =
+        "(owner = '' AND (doorbell <> 2 OR VALUES(doorbell) = 1 OR expires_at <= UTC_TIMESTAMP(6) - INTERVAL 1 SECOND))";
+    const std::string expired = "(owner <> '' AND expires_at <= UTC_TIMESTAMP(6))";
     const std::string take = "(" + released + " OR " + expired + ")";
-    const std::string mine = "(owner = ? AND expires_at > " + at + ")";
+    const std::string mine = "(owner = ? AND expires_at > UTC_TIMESTAMP(6))";
+    const std::string heir_takes = "(" + take + " AND heir_session = CONNECTION_ID())";
     return "INSERT INTO " + t + " (name, owner, token, hold_count, acquired_at, expires_at, doorbell)"
-           " SELECT ?, ?, LAST_INSERT_ID(v + 1), 1, " + now + ", " + now + " + INTERVAL ? MICROSECOND, " + rang +
-           " FROM " + from + seq + " WHERE id = 0 LOCK IN SHARE MODE"
+           " SELECT ?, ?, LAST_INSERT_ID(v + 1), 1, UTC_TIMESTAMP(6), UTC_TIMESTAMP(6) + INTERVAL ? MICROSECOND,"
+           " IF(IS_USED_LOCK(?) <=> CONNECTION_ID(), 1, COALESCE(GET_LOCK(?, 0), 0))"
+           " FROM " + seq + " WHERE id = 0 LOCK IN SHARE MODE"
            " ON DUPLICATE KEY UPDATE"
            " token = IF(" + take + ", LAST_INSERT_ID(token + 1), IF(" + mine + ", token + 0 * LAST_INSERT_ID(0), token)),"
            " hold_count = IF(" + take + ", 1, IF(" + mine + ", hold_count + 1, hold_count)),"
-           " acquired_at = IF(" + take + ", " + at + ", acquired_at),"
+           " acquired_at = IF(" + take + ", UTC_TIMESTAMP(6), acquired_at),"
+           " heir_owner = IF(" + heir_takes + ", '', heir_owner),"
+           " heir_session = IF(" + heir_takes + ", 0, heir_session),"
            " doorbell = IF(" + take + ", VALUES(doorbell), doorbell),"
            " owner = IF(" + take + ", VALUES(owner), owner),"
            " expires_at = IF(owner = VALUES(owner), VALUES(expires_at), expires_at)";
   }
 
-  std::string acquire, takeover, conflict, reentered, renew, release, drop_bell, inspect, list_bounded, list_open, force_release,
+  std::string acquire, become_heir, heir_wait, quit_heir, handed, drop_slot, conflict, reentered, renew, release, drop_bell, inspect, list_bounded, list_open, force_release,
       lock_floor, idle_cutoff, raise_floor, delete_idle;
+};
+
+// A waiter's side of the heir handoff (see LeaseSql), run by its doorbell channel.
+class HeirTakeover final : public Takeover {
+ public:
+  HeirTakeover(ModeBackend& backend, const LeaseSql& sql, std::string key)
+      : backend_(backend), sql_(sql), key_(std::move(key)), bell_(backend.bell_name(key_)), slot_(heir_slot(bell_)) {}
+
+  Outcome wait(Connection& connection, std::string_view owner, std::chrono::milliseconds ttl,
+               std::chrono::microseconds wait) override {
+    using std::chrono::microseconds;
+    if (!heir_) {
+      const auto start = std::chrono::steady_clock::now();
+      const auto rows = connection.query("SELECT GET_LOCK(?, ? / 1000000)", {std::string_view(slot_), wait.count()});
+      if (rows.empty() || rows[0][0] != std::optional<std::string>("1")) return {};
+      heir_ = true;
+      // No handover can come before the registration that follows.
+      watched_since_ = std::chrono::steady_clock::now();
+      wait -= std::chrono::duration_cast<microseconds>(watched_since_ - start);
+      if (wait <= microseconds(0)) return {};
+    }
+    connection.execute(sql_.become_heir, {owner, ttl_us(ttl), std::string_view(key_), owner, std::string_view(slot_)});
+    // A key handed over is timed from the sending of the heir's last look at the row that
+    // found it not yet handed over, so one wait lasts at most an eighth of the TTL.
+    const auto slice = std::min(wait, std::max<microseconds>(ttl / 8, std::chrono::milliseconds(1)));
+    const auto sent = std::chrono::steady_clock::now();
+    const auto rows = connection.query(sql_.heir_wait, {owner, owner, std::string_view(slot_), std::string_view(bell_),
+                                                        std::string_view(bell_), slice.count(), std::string_view(key_)});
+    const Row& row = rows.at(0);
+    Outcome outcome;
+    outcome.rang = row[2] == std::optional<std::string>("1");
+    if (row[0] == std::optional<std::string>("1")) {
+      heir_ = false;  // the statement gave up the heir slot
+      backend_.remember(key_, owner, connection.serial());
+      outcome.acquired = backend::Acquired{to_u64(row[1]), 1, watched_since_};
+    } else {
+      watched_since_ = sent;
+    }
+    return outcome;
+  }
+
+  // A key handed to this heir after its last wait, claimed by the attempt that follows it.
+  std::optional<backend::Acquired> claim_handed(Connection& connection, std::string_view owner) {
+    if (!heir_) return std::nullopt;
+    const auto rows = backend_.with_retries(key_, [&] { return connection.query(sql_.handed, {std::string_view(key_), owner}); });
+    if (rows.empty()) return std::nullopt;
+    backend_.remember(key_, owner, connection.serial());
+    return backend::Acquired{to_u64(rows[0][0]), 1, watched_since_};
+  }
+
+  void session_lost() noexcept override { heir_ = false; }
+
+  void finish(Connection& connection, std::string_view owner, bool acquired) noexcept override {
+    if (!heir_) return;
+    heir_ = false;
+    try {
+      if (!acquired) {
+        connection.execute(sql_.quit_heir, {std::string_view(key_)});
+        // The key may have been handed over after the last wait: nobody will use it.
+        const auto rows = connection.query(sql_.handed, {std::string_view(key_), owner});
+        if (!rows.empty()) backend_.release(backend::LeaseRef{key_, owner, to_u64(rows[0][0])});
+      }
+      connection.query(sql_.drop_slot, {std::string_view(slot_)});
+    } catch (...) {
+      // The server is unreachable: the session, and its slot, end with the connection; a
+      // key handed over runs out with its lease.
+    }
+  }
+
+ private:
+  ModeBackend& backend_;
+  const LeaseSql& sql_;
+  std::string key_, bell_, slot_;
+  bool heir_ = false;  // this session holds the heir slot and wrote itself into the row
+  std::chrono::steady_clock::time_point watched_since_;  // no handover to this heir came before
 };
 
 class LeaseBackend final : public ModeBackend {
@@ -108,13 +218,22 @@ class LeaseBackend final : public ModeBackend {
     DoorbellChannel* channel = attempt.channel;
     if (channel) {
       if (auto taken = channel->claim()) return *taken;
+      if (auto* heir = dynamic_cast<HeirTakeover*>(channel->takeover())) {
+        if (auto handed = heir->claim_handed(*connection, request.owner)) {
+          channel->acquired();
+          return *handed;
+        }
+      }
     }
     const std::int64_t ttl = ttl_us(request.ttl);
     const auto outcome = with_retries(request.key, [&] {
       return connection->execute(sql_.acquire, {request.key, request.owner, ttl, bell, bell, request.owner, request.owner});
     });
     if (auto acquired = settle(outcome, *connection, request.key, request.owner)) {
-      if (channel) channel->bell_settled();
+      if (channel) {
+        channel->bell_settled();
+        channel->acquired();
+      }
       return *acquired;
     }
     // Unchanged: someone else holds it. Report who, and give back a doorbell taken for nothing.
@@ -133,16 +252,8 @@ class LeaseBackend final : public ModeBackend {
   }
 
   std::unique_ptr<backend::WakeChannel> wake_channel(std::string_view key, std::string_view) override {
-    std::string held_key(key);
-    auto takeover = [this, held_key](Connection& connection, std::string_view owner, std::chrono::milliseconds ttl,
-                                     std::chrono::microseconds wait) {
-      const std::string bell = bell_name(held_key);
-      // Not retried here: the channel treats a failure as a spurious wake-up.
-      const auto outcome = connection.execute(sql_.takeover, {std::string_view(held_key), owner, ttl_us(ttl), bell,
-                                                              bell, wait.count(), owner, owner});
-      return settle(outcome, connection, held_key, owner);
-    };
-    return std::make_unique<DoorbellChannel>(*this, std::move(held_key), std::move(takeover));
+    return std::make_unique<DoorbellChannel>(*this, std::string(key),
+                                             std::make_unique<HeirTakeover>(*this, sql_, std::string(key)));
   }
 
   bool renew(const backend::LeaseRef& lease, std::chrono::milliseconds ttl) override {
@@ -156,10 +267,11 @@ class LeaseBackend final : public ModeBackend {
 
   std::optional<std::uint32_t> release(const backend::LeaseRef& lease) override {
     const std::string bell = bell_name(lease.key);
+    const std::string slot = heir_slot(bell);
     auto connection = take_for(lease.key, lease.owner);
     const auto outcome = with_retries(lease.key, [&] {
       return connection->execute(sql_.release,
-                                 {bell, bell, lease.key, lease.owner, static_cast<std::int64_t>(lease.token)});
+                                 {slot, bell, bell, lease.key, lease.owner, static_cast<std::int64_t>(lease.token)});
     });
     if (outcome.affected == 1 && outcome.insert_id > 0) return static_cast<std::uint32_t>(outcome.insert_id);
     forget(lease.key, lease.owner);
