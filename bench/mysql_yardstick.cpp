@@ -1,5 +1,7 @@
 // The yardstick beside dlock's mysql:// figures: the bare server primitives on one connection,
-// through prepared statements as dlock sends them. Prints one JSON line per primitive.
+// through prepared statements as dlock sends them. Prints one JSON line per primitive: a
+// round trip, a GET_LOCK/RELEASE_LOCK pair, and one durable commit (an autocommit UPDATE of
+// one InnoDB row), the floor under every lease-mode acquire and release.
 //
 //   g++ -O2 -std=c++20 bench/mysql_yardstick.cpp $(pkg-config --cflags --libs libmariadb) -o yardstick
 //   ./yardstick HOST PORT USER PASSWORD DATABASE [ITERATIONS]
@@ -55,7 +57,12 @@ int main(int argc, char** argv) {
   MYSQL_STMT* ping = prepare(mysql, "SELECT 1");
   MYSQL_STMT* get = prepare(mysql, "SELECT GET_LOCK('dlock-yardstick', 0)");
   MYSQL_STMT* release = prepare(mysql, "SELECT RELEASE_LOCK('dlock-yardstick')");
-  std::vector<double> ping_us, pair_us;
+  if (mysql_query(mysql, "CREATE TABLE IF NOT EXISTS dlock_yardstick (id INT PRIMARY KEY, v BIGINT NOT NULL) ENGINE=InnoDB") != 0 ||
+      mysql_query(mysql, "INSERT IGNORE INTO dlock_yardstick VALUES (1, 0)") != 0) {
+    die(mysql, "create dlock_yardstick");
+  }
+  MYSQL_STMT* commit = prepare(mysql, "UPDATE dlock_yardstick SET v = v + 1 WHERE id = 1");
+  std::vector<double> ping_us, pair_us, commit_us;
   for (int i = 0; i < iterations + 1000; ++i) {  // the first 1000 warm up
     auto start = std::chrono::steady_clock::now();
     run(mysql, ping);
@@ -63,12 +70,16 @@ int main(int argc, char** argv) {
     run(mysql, get);
     run(mysql, release);
     auto end = std::chrono::steady_clock::now();
+    if (mysql_stmt_execute(commit) != 0) die(mysql, "update");
+    auto committed = std::chrono::steady_clock::now();
     if (i >= 1000) {
       ping_us.push_back(std::chrono::duration<double, std::micro>(mid - start).count());
       pair_us.push_back(std::chrono::duration<double, std::micro>(end - mid).count());
+      commit_us.push_back(std::chrono::duration<double, std::micro>(committed - end).count());
     }
   }
   report("SELECT 1", ping_us);
   report("GET_LOCK+RELEASE_LOCK", pair_us);
+  report("UPDATE one row (a durable commit)", commit_us);
   mysql_close(mysql);
 }

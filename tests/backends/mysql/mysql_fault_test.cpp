@@ -1,7 +1,8 @@
 // Faults on a real MariaDB/MySQL server, through the public API: a server restart and killed
 // connections under a held lock and a blocked waiter (lease and row mode keep the lock,
 // session mode loses it and its holder learns so), an unreachable or silent server, and the
-// set-up errors (password, database, privileges) that must name their fix.
+// set-up errors (password, database, privileges) that must name their fix; and lease mode's
+// heir handoff, including heirs that give up or whose session ended.
 //
 // The server is the one scripts/servers/mariadb.sh starts (scripts/test.sh does), named by
 //   DLOCK_MYSQL_URL        all rights on the test database (every case needs it, or skips)
@@ -785,6 +786,79 @@ TEST_F(MysqlFault, MissingPrivileges) {
   } catch (const std::exception& e) {
     FAIL() << "expected dlock::ConfigurationError, got: " << e.what();
   }
+}
+
+// ---- Lease mode's heir handoff (src/backends/mysql/README.md) ----
+
+// The heir column of the test's row, read as the server has it.
+std::string heir_of(RawConnection& raw, const std::string& table) {
+  const auto rows = raw.query("SELECT heir_owner FROM `" + table + "` WHERE name = 'k'");
+  return rows && rows->size() == 1 ? rows->at(0).at(0) : "(" + raw.error() + ")";
+}
+
+// A waiter registers as the key's heir; the holder's release hands it the key, with the next
+// token and one hold, and the heir's own release frees it.
+TEST_F(MysqlFault, ReleaseHandsTheKeyToTheHeir) {
+  Client holder_client = Client::open(table_url());
+  Client waiter_client = Client::open(table_url());
+  RawConnection raw(url_);
+  ASSERT_TRUE(raw.ok()) << raw.error();
+  Lease held = holder_client.acquire("k", LockOptions{.ttl = 30s});
+  auto waiter = std::async(std::launch::async, [&] { return waiter_client.try_acquire_for("k", 30s); });
+  ASSERT_TRUE(eventually([&] { return !heir_of(raw, table_).empty(); }, 10s)) << "the waiter never became the heir";
+
+  held.release();
+  ASSERT_EQ(waiter.wait_for(10s), std::future_status::ready) << "the heir did not get the released key";
+  Attempt attempt = waiter.get();
+  ASSERT_TRUE(attempt) << "the heir gave up";
+  EXPECT_EQ(attempt.lease().token(), held.token() + 1);
+  const auto seen = holder_client.inspect("k");
+  ASSERT_TRUE(seen);
+  EXPECT_EQ(seen->owner, attempt.lease().owner());
+  EXPECT_EQ(seen->hold_count, 1U) << "the handover was counted as a re-entry";
+  EXPECT_EQ(heir_of(raw, table_), "");
+  attempt.lease().release();
+  EXPECT_FALSE(holder_client.inspect("k")) << "the heir's release left the key held";
+}
+
+// A heir that stops waiting withdraws: the holder's release then frees the key for anyone.
+TEST_F(MysqlFault, HeirThatGivesUpIsNotHandedTheKey) {
+  Client holder_client = Client::open(table_url());
+  Client waiter_client = Client::open(table_url());
+  RawConnection raw(url_);
+  ASSERT_TRUE(raw.ok()) << raw.error();
+  Lease held = holder_client.acquire("k", LockOptions{.ttl = 30s});
+  Attempt gave_up = waiter_client.try_acquire_for("k", 500ms);
+  ASSERT_FALSE(gave_up);
+  EXPECT_EQ(heir_of(raw, table_), "") << "the heir that gave up is still registered";
+
+  held.release();
+  EXPECT_FALSE(holder_client.inspect("k")) << "the key went to a heir that had given up";
+  Attempt next = waiter_client.try_acquire("k");
+  ASSERT_TRUE(next);
+  EXPECT_EQ(next.lease().token(), held.token() + 1);
+  next.lease().release();
+}
+
+// A heir whose session ended (its process died) is passed over, not handed a key nobody
+// would use until its TTL ran out.
+TEST_F(MysqlFault, HeirWhoseSessionEndedIsPassedOver) {
+  Client client = Client::open(table_url());
+  Lease held = client.acquire("k", LockOptions{.ttl = 30s});
+  {
+    RawConnection ghost(url_);
+    ASSERT_TRUE(ghost.ok()) << ghost.error();
+    ASSERT_TRUE(ghost.query("UPDATE `" + table_ +
+                            "` SET heir_owner = 'ghost', heir_ttl_us = 60000000, heir_session = CONNECTION_ID()"
+                            " WHERE name = 'k'"))
+        << ghost.error();
+  }  // the ghost's session ends
+  held.release();
+  const auto seen = client.inspect("k");
+  EXPECT_FALSE(seen) << "the key went to '" << (seen ? seen->owner : "") << "'";
+  Attempt next = client.try_acquire("k");
+  ASSERT_TRUE(next);
+  next.lease().release();
 }
 
 }  // namespace
