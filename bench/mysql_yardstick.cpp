@@ -32,8 +32,8 @@ using Clock = std::chrono::steady_clock;
 
 MYSQL* connect(char** argv) {
   MYSQL* mysql = mysql_init(nullptr);
-  if (!mysql_real_connect(mysql, argv[1], argv[3], argv[4], argv[5], static_cast<unsigned>(std::atoi(argv[2])), nullptr,
-                          0)) {
+  if (!mysql_real_connect(mysql, argv[1], argv[3], argv[4], argv[5],
+                          static_cast<unsigned>(std::atoi(argv[2])), nullptr, 0)) {
     die(mysql, "connect");
   }
   return mysql;
@@ -59,8 +59,10 @@ double us_between(Clock::time_point from, Clock::time_point to) {
 
 void report(const char* name, std::vector<double>& us) {
   std::sort(us.begin(), us.end());
-  std::printf("{\"impl\":\"bare\",\"backend\":\"mysql\",\"primitive\":\"%s\",\"ops\":%zu,\"p50_us\":%.1f,\"p99_us\":%.1f}\n",
-              name, us.size(), us[us.size() / 2], us[us.size() * 99 / 100]);
+  std::printf(
+      "{\"impl\":\"bare\",\"backend\":\"mysql\",\"primitive\":\"%s\",\"ops\":%zu,\"p50_us\":%.1f,\"p99_us\":%"
+      ".1f}\n",
+      name, us.size(), us[us.size() / 2], us[us.size() * 99 / 100]);
   std::fflush(stdout);
 }
 
@@ -113,7 +115,9 @@ int main(int argc, char** argv) {
   MYSQL_STMT* ping = prepare(mysql, "SELECT 1");
   MYSQL_STMT* get = prepare(mysql, "SELECT GET_LOCK('dlock-yardstick', 0)");
   MYSQL_STMT* release = prepare(mysql, "SELECT RELEASE_LOCK('dlock-yardstick')");
-  if (mysql_query(mysql, "CREATE TABLE IF NOT EXISTS dlock_yardstick (id INT PRIMARY KEY, v BIGINT NOT NULL) ENGINE=InnoDB") != 0 ||
+  if (mysql_query(mysql,
+                  "CREATE TABLE IF NOT EXISTS dlock_yardstick (id INT PRIMARY KEY, v BIGINT NOT NULL) "
+                  "ENGINE=InnoDB") != 0 ||
       mysql_query(mysql, "INSERT IGNORE INTO dlock_yardstick VALUES (1, 0)") != 0) {
     die(mysql, "create dlock_yardstick");
   }

@@ -212,10 +212,11 @@ void ModeBackend::ensure_lock_table(Connection& connection) {
     if (e.code == ER_BAD_FIELD_ERROR) {
       throw ConfigurationError(
           "table '" + table + "' was made by an earlier dlock and lacks columns (" + e.message +
-              "): add those missing of ALTER TABLE `" + table +
+              "): add them with ALTER TABLE `" + table +
               "` ADD COLUMN session_id BIGINT UNSIGNED NOT NULL DEFAULT 0, ADD COLUMN heir_owner VARBINARY(128) NOT NULL"
               " DEFAULT '', ADD COLUMN heir_ttl_us BIGINT UNSIGNED NOT NULL DEFAULT 0, ADD COLUMN heir_session BIGINT"
-              " UNSIGNED NOT NULL DEFAULT 0; or, while no lock is held, drop it and `" + table + "_seq` to have them made anew",
+              " UNSIGNED NOT NULL DEFAULT 0 (leaving out any it has), or, while no lock is held, drop it and `" + table +
+              "_seq` to have both made anew",
           kName);
     }
     if (e.code != ER_NO_SUCH_TABLE) raise(e, settings_);

@@ -788,6 +788,28 @@ TEST_F(MysqlFault, MissingPrivileges) {
   }
 }
 
+// A lock table made by an earlier dlock, without the columns this one needs: the error
+// names the table and the ALTER TABLE that adds them, and nothing is changed.
+TEST_F(MysqlFault, TableOfAnEarlierVersionNamesTheAlterTable) {
+  { Client::open(table_url()); }  // makes the table
+  RawConnection raw(url_);
+  ASSERT_TRUE(raw.ok()) << raw.error();
+  ASSERT_TRUE(raw.query("ALTER TABLE `" + table_ + "` DROP COLUMN heir_owner, DROP COLUMN heir_ttl_us, DROP COLUMN heir_session"))
+      << raw.error();
+  try {
+    Client::open(table_url());
+    FAIL() << "a table without the heir columns was accepted";
+  } catch (const ConfigurationError& e) {
+    const std::string message = e.what();
+    EXPECT_NE(message.find("ALTER TABLE `" + table_ + "` ADD COLUMN"), std::string::npos) << message;
+    EXPECT_NE(message.find("heir_owner"), std::string::npos) << message;
+  }
+  const auto columns = raw.query("SELECT COUNT(*) FROM information_schema.COLUMNS WHERE TABLE_SCHEMA = DATABASE()"
+                                 " AND TABLE_NAME = '" + table_ + "' AND COLUMN_NAME LIKE 'heir%'");
+  ASSERT_TRUE(columns) << raw.error();
+  EXPECT_EQ(columns->at(0).at(0), "0") << "dlock changed the table itself";
+}
+
 // ---- Lease mode's heir handoff (src/backends/mysql/README.md) ----
 
 // The heir column of the test's row, read as the server has it.
