@@ -5,7 +5,7 @@ set -euo pipefail
 
 packages=(
   g++ cmake ninja-build pkg-config
-  libsqlite3-dev libmariadb-dev libssl-dev zlib1g-dev libfmt-dev libcli11-dev nlohmann-json3-dev
+  libsqlite3-dev libmariadb-dev libssl-dev zlib1g-dev libfmt-dev libcli11-dev nlohmann-json3-dev libcpp-httplib-dev
   libgtest-dev libgmock-dev
   util-linux hyperfine sqlite3
 )

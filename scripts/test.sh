@@ -42,7 +42,7 @@ fi
 cmake --preset asan >/dev/null
 cmake --build --preset asan -j2
 cmake --preset release >/dev/null
-cmake --build --preset release -j2 --target dlock_cli
+cmake --build --preset release -j2 --target dlock_cli dlock_serve
 export ASAN_OPTIONS=detect_leaks=1 UBSAN_OPTIONS=print_stacktrace=1
 DLOCK_TEST_BINARY="$PWD/build/release/dlock" ctest --preset asan -L cli
 ctest --preset asan "$@"

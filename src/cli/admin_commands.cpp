@@ -37,15 +37,9 @@ void print(const json& value) {
 
 void say(const std::string& message) { std::fprintf(stderr, "dlock: %s\n", message.c_str()); }
 
-json to_json(const LockInfo& info) {
-  return {{"key", info.key},
-          {"owner", info.owner},
-          {"token", info.token},
-          {"hold_count", info.hold_count},
-          {"ttl_left_ms", info.ttl_left.count()}};
-}
+json to_json(const LockInfo& info) { return lock_json(info); }
 
-json to_json(const std::optional<LockInfo>& info) { return info ? to_json(*info) : json(nullptr); }
+json to_json(const std::optional<LockInfo>& info) { return info ? lock_json(*info) : json(nullptr); }
 
 // ---- acquire ----
 

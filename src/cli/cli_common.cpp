@@ -8,6 +8,14 @@ namespace dlock::cli {
 
 Client open_client(const GlobalOptions& global) { return Client::open(global.url); }
 
+nlohmann::json lock_json(const LockInfo& info) {
+  return {{"key", info.key},
+          {"owner", info.owner},
+          {"token", info.token},
+          {"hold_count", info.hold_count},
+          {"ttl_left_ms", info.ttl_left.count()}};
+}
+
 void add_wait_options(CLI::App& command, WaitOptions& options) {
   auto* wait = add_duration_option(command, "-w,--wait", options.wait,
                                    "Give up after waiting this long for a busy key (default: wait forever)");

@@ -2,6 +2,7 @@
 
 // Shared by the dlock subcommands: global options, exit codes, output helpers.
 
+#include <nlohmann/json.hpp>
 #include <string>
 
 #include "dlock/client.hpp"
@@ -22,5 +23,9 @@ struct GlobalOptions {
 
 // Opens the client named by the global options (Client::open handles DLOCK_URL and the default).
 Client open_client(const GlobalOptions& global);
+
+// A held lock as JSON, as `--json` output and the HTTP API show it: key, owner, token,
+// hold_count, ttl_left_ms.
+nlohmann::json lock_json(const LockInfo& info);
 
 }  // namespace dlock::cli

@@ -16,6 +16,11 @@ namespace dlock::cli {
 void add_run_command(CLI::App& app, const GlobalOptions& global, int& exit_code);
 // `dlock acquire`, `release`, `status`, `list`, `force-release`.
 void add_admin_commands(CLI::App& app, const GlobalOptions& global, int& exit_code);
+// `dlock serve`: the admin HTTP API (docs/http-api.md), served by the dlock-serve program.
+// forward_serve() runs it in place of this process when the command line is `dlock [--url U]
+// serve ...`, and returns an exit code only if it could not; otherwise nothing.
+std::optional<int> forward_serve(int argc, char** argv);
+void add_serve_command(CLI::App& app);
 
 // How long `run` and `acquire` wait for a busy key.
 struct WaitOptions {

@@ -20,6 +20,7 @@ int report(int exit_code, const std::string& message) {
 
 int dlock_main(int argc, char** argv) {
   using namespace dlock::cli;
+  if (const auto failed = forward_serve(argc, argv)) return *failed;
 
   CLI::App app{"Distributed locks from the shell, in the manner of flock(1).", "dlock"};
   // Subcommands hand options they do not know (--url, --json) to the top level, so the
@@ -38,6 +39,7 @@ int dlock_main(int argc, char** argv) {
   int exit_code = kExitOk;
   add_run_command(app, global, exit_code);
   add_admin_commands(app, global, exit_code);
+  add_serve_command(app);
   add_bench_command(app, global, exit_code);
   // Set after the subcommands are added, which would otherwise inherit it.
   app.footer(

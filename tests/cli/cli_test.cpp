@@ -22,6 +22,8 @@
 #include <thread>
 #include <vector>
 
+#include "support/process.hpp"
+
 extern char** environ;
 
 namespace {
@@ -31,143 +33,11 @@ using nlohmann::json;
 using Clock = std::chrono::steady_clock;
 using std::chrono::milliseconds;
 
-// The binary under test: the one built beside these tests, or DLOCK_TEST_BINARY (CI also runs
-// the suite against the statically linked release build, the one users get).
-const char* const kDlock = [] {
-  const char* other = std::getenv("DLOCK_TEST_BINARY");
-  return other && *other ? other : DLOCK_BINARY;
-}();
+const char* const kDlock = dlock::test::dlock_binary();
 
-struct Result {
-  int exit_code = -1;  // 128+N when killed by signal N, as a shell reports it
-  std::string out;
-  std::string err;
-  milliseconds elapsed{0};
-};
-
-std::string describe(const std::vector<std::string>& argv) {
-  std::string text;
-  for (const auto& arg : argv) text += (text.empty() ? "" : " ") + arg;
-  return text;
-}
-
-// A spawned program whose stdout and stderr are captured through pipes.
-class Process {
- public:
-  Process(const std::vector<std::string>& argv, const std::vector<std::string>& env)
-      : command_(describe(argv)), start_(Clock::now()) {
-    int out[2];
-    int err[2];
-    if (::pipe2(out, O_CLOEXEC) != 0 || ::pipe2(err, O_CLOEXEC) != 0)
-      throw std::runtime_error("pipe2 failed");
-    posix_spawn_file_actions_t actions;
-    posix_spawn_file_actions_init(&actions);
-    posix_spawn_file_actions_addopen(&actions, STDIN_FILENO, "/dev/null", O_RDONLY, 0);
-    posix_spawn_file_actions_adddup2(&actions, out[1], STDOUT_FILENO);
-    posix_spawn_file_actions_adddup2(&actions, err[1], STDERR_FILENO);
-    // A test runner started in the background may have SIGINT ignored; dlock must not inherit that.
-    posix_spawnattr_t attr;
-    posix_spawnattr_init(&attr);
-    sigset_t defaults;
-    sigemptyset(&defaults);
-    for (int signo : {SIGINT, SIGTERM, SIGHUP, SIGQUIT, SIGCHLD, SIGPIPE}) sigaddset(&defaults, signo);
-    sigset_t empty;
-    sigemptyset(&empty);
-    posix_spawnattr_setsigdefault(&attr, &defaults);
-    posix_spawnattr_setsigmask(&attr, &empty);
-    posix_spawnattr_setflags(&attr, POSIX_SPAWN_SETSIGDEF | POSIX_SPAWN_SETSIGMASK);
-    std::vector<char*> args;
-    args.reserve(argv.size() + 1);
-    for (const auto& arg : argv) args.push_back(const_cast<char*>(arg.c_str()));
-    args.push_back(nullptr);
-    std::vector<char*> envp;
-    envp.reserve(env.size() + 1);
-    for (const auto& var : env) envp.push_back(const_cast<char*>(var.c_str()));
-    envp.push_back(nullptr);
-    const int rc = ::posix_spawn(&pid_, args[0], &actions, &attr, args.data(), envp.data());
-    posix_spawn_file_actions_destroy(&actions);
-    posix_spawnattr_destroy(&attr);
-    ::close(out[1]);
-    ::close(err[1]);
-    out_fd_ = out[0];
-    err_fd_ = err[0];
-    if (rc != 0)
-      throw std::runtime_error("posix_spawn " + command_ + " failed: " + std::generic_category().message(rc));
-  }
-  Process(const Process&) = delete;
-  Process& operator=(const Process&) = delete;
-  ~Process() {
-    if (!reaped_ && pid_ > 0) {
-      ::kill(pid_, SIGKILL);
-      ::waitpid(pid_, nullptr, 0);
-    }
-    if (out_fd_ >= 0) ::close(out_fd_);
-    if (err_fd_ >= 0) ::close(err_fd_);
-  }
-
-  pid_t pid() const { return pid_; }
-  void signal(int signo) const { ::kill(pid_, signo); }
-
-  // Waits for the exit, collecting output. After `timeout` the process is killed and the
-  // test fails. Output still held open by processes it left behind is not waited for.
-  Result wait(milliseconds timeout = 10s) {
-    const auto deadline = Clock::now() + timeout;
-    int status = 0;
-    for (;;) {
-      drain(20);
-      const pid_t done = ::waitpid(pid_, &status, WNOHANG);
-      if (done == pid_) break;
-      if (Clock::now() >= deadline) {
-        ADD_FAILURE() << command_ << " still running after " << timeout.count() << " ms; killing it";
-        ::kill(pid_, SIGKILL);
-        ::waitpid(pid_, &status, 0);
-        break;
-      }
-    }
-    reaped_ = true;
-    result_.elapsed = std::chrono::duration_cast<milliseconds>(Clock::now() - start_);
-    drain(0);
-    result_.exit_code = WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status);
-    return result_;
-  }
-
- private:
-  // Reads what the pipes hold, waiting up to `timeout_ms` for it.
-  void drain(int timeout_ms) {
-    for (;;) {
-      std::vector<pollfd> fds;
-      for (int fd : {out_fd_, err_fd_}) {
-        if (fd >= 0) fds.push_back({fd, POLLIN, 0});
-      }
-      if (fds.empty()) {
-        std::this_thread::sleep_for(milliseconds(timeout_ms));
-        return;
-      }
-      if (::poll(fds.data(), fds.size(), timeout_ms) <= 0) return;
-      for (const auto& ready : fds) {
-        if (ready.revents == 0) continue;
-        int& fd = ready.fd == out_fd_ ? out_fd_ : err_fd_;
-        char buffer[4096];
-        const ssize_t n = ::read(fd, buffer, sizeof buffer);
-        if (n > 0) {
-          (&fd == &out_fd_ ? result_.out : result_.err).append(buffer, static_cast<std::size_t>(n));
-        } else {
-          ::close(fd);
-          fd = -1;
-        }
-      }
-      timeout_ms = 0;
-    }
-  }
-
-  std::string command_;
-  Clock::time_point start_;
-  pid_t pid_ = -1;
-  int out_fd_ = -1;
-  int err_fd_ = -1;
-  bool reaped_ = false;
-  Result result_;
-};
+using dlock::test::describe;
+using dlock::test::Process;
+using dlock::test::Result;
 
 // True once `pid` has exited. Zombies count as dead: the container's init may never reap the
 // orphans of a killed dlock.

@@ -1,0 +1,624 @@
+// `dlock serve`, driven over HTTP as its users would: each test starts the real binary on a
+// free loopback port with a fresh sqlite:// database in a temporary directory, holds locks with
+// `dlock acquire` from other processes and checks the JSON API's answers (docs/http-api.md).
+
+#include <fcntl.h>
+#include <gtest/gtest.h>
+#include <httplib.h>
+#include <poll.h>
+#include <signal.h>
+#include <spawn.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <chrono>
+#include <cstdint>
+#include <cstdio>
+#include <cstdlib>
+#include <ctime>
+#include <filesystem>
+#include <fstream>
+#include <memory>
+#include <nlohmann/json.hpp>
+#include <optional>
+#include <random>
+#include <regex>
+#include <sstream>
+#include <string>
+#include <string_view>
+#include <system_error>
+#include <thread>
+#include <utility>
+#include <vector>
+
+#include "support/process.hpp"
+
+extern char** environ;
+
+namespace {
+
+using namespace std::chrono_literals;
+using nlohmann::json;
+using Clock = std::chrono::steady_clock;
+using std::chrono::milliseconds;
+
+const char* const kDlock = dlock::test::dlock_binary();
+
+using dlock::test::describe;
+using dlock::test::Process;
+using dlock::test::Result;
+
+bool contains(const std::string& text, const std::string& part) {
+  return text.find(part) != std::string::npos;
+}
+
+// An HTTP answer, its body parsed when it is JSON (else `doc` is discarded).
+struct Reply {
+  int status = -1;  // -1: no answer at all
+  std::string body;
+  std::string content_type;
+  json doc;
+};
+
+// A member of a JSON object, or null: a missing field fails the comparison instead of the test.
+json field(const json& object, const std::string& name) {
+  return object.is_object() && object.contains(name) ? object.at(name) : json();
+}
+
+// The lines of a text, without their newlines.
+std::vector<std::string> lines_of(const std::string& text) {
+  std::vector<std::string> lines;
+  std::istringstream in(text);
+  for (std::string line; std::getline(in, line);) lines.push_back(line);
+  return lines;
+}
+
+bool has_line(const std::string& text, const std::string& line) {
+  for (const auto& each : lines_of(text)) {
+    if (each == line) return true;
+  }
+  return false;
+}
+
+// Seconds between a UTC ISO-8601 time (2026-11-23T20:15:00.123Z) and now; a huge value when
+// it is malformed.
+long long seconds_from_now(const std::string& iso) {
+  static const std::regex format(R"((\d{4})-(\d{2})-(\d{2})T(\d{2}):(\d{2}):(\d{2})(\.\d+)?Z)");
+  std::smatch parts;
+  if (!std::regex_match(iso, parts, format)) return 1LL << 40;
+  std::tm time{};
+  time.tm_year = std::stoi(parts[1]) - 1900;
+  time.tm_mon = std::stoi(parts[2]) - 1;
+  time.tm_mday = std::stoi(parts[3]);
+  time.tm_hour = std::stoi(parts[4]);
+  time.tm_min = std::stoi(parts[5]);
+  time.tm_sec = std::stoi(parts[6]);
+  return static_cast<long long>(::timegm(&time)) - static_cast<long long>(std::time(nullptr));
+}
+
+std::string random_secret() {
+  std::random_device device;
+  std::string secret = "s3cr3t-";
+  for (int i = 0; i < 4; ++i) {
+    char hex[9];
+    std::snprintf(hex, sizeof hex, "%08x", device());
+    secret += hex;
+  }
+  return secret;
+}
+
+class ServeTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    std::string pattern = (std::filesystem::temp_directory_path() / "dlock-serve-XXXXXX").string();
+    ASSERT_NE(::mkdtemp(pattern.data()), nullptr);
+    dir_ = pattern;
+    url_ = "sqlite://" + dir_ + "/locks.db";
+  }
+  void TearDown() override {
+    server_.reset();  // killed if a failed assertion left it running
+    std::filesystem::remove_all(dir_);
+  }
+
+  // The test's environment without DLOCK_* variables (a DLOCK_SERVE_TOKEN of the caller's
+  // must not leak in), plus `extra`.
+  static std::vector<std::string> env(const std::vector<std::string>& extra = {}) {
+    std::vector<std::string> vars;
+    for (char** entry = environ; *entry != nullptr; ++entry) {
+      if (!std::string_view(*entry).starts_with("DLOCK_")) vars.emplace_back(*entry);
+    }
+    vars.insert(vars.end(), extra.begin(), extra.end());
+    return vars;
+  }
+
+  std::vector<std::string> serve_command(const std::vector<std::string>& options) const {
+    std::vector<std::string> argv = {kDlock, "--url", url_, "serve", "--audit-log", path("audit.log")};
+    bool listen_given = false;
+    for (const auto& option : options) listen_given = listen_given || option == "--listen";
+    if (!listen_given) argv.insert(argv.end(), {"--listen", "127.0.0.1:0"});
+    argv.insert(argv.end(), options.begin(), options.end());
+    return argv;
+  }
+
+  // Starts `dlock serve` and reads the port it announces. False (and a failure) when it did not.
+  bool serve(const std::vector<std::string>& options = {}, const std::vector<std::string>& extra_env = {}) {
+    const auto argv = serve_command(options);
+    server_ = std::make_unique<Process>(argv, env(extra_env));
+    port_ = 0;
+    const auto line = server_->first_line(5s);
+    if (!line) {
+      const Result result = server_->wait(2s);
+      ADD_FAILURE() << describe(argv) << " announced no port; exit code " << result.exit_code
+                    << "\nstdout: " << result.out << "\nstderr: " << result.err;
+      return false;
+    }
+    static const std::regex announcement(R"(dlock serve: listening on http://(\S+):(\d{1,5}))");
+    std::smatch parts;
+    if (!std::regex_match(*line, parts, announcement)) {
+      ADD_FAILURE() << "unexpected first line: '" << *line << "'";
+      return false;
+    }
+    const std::string host = parts[1];
+    if (host != "0.0.0.0") {
+      EXPECT_EQ(host, "127.0.0.1") << *line;
+    }
+    port_ = std::stoi(parts[2]);
+    EXPECT_GT(port_, 0) << *line;
+    return port_ > 0;
+  }
+
+  // SIGTERM to the server: it must exit 0 within 5 s. Returns all it printed.
+  Result stop() {
+    if (!server_) return {};
+    server_->signal(SIGTERM);
+    Result result = server_->wait(5s);
+    EXPECT_EQ(result.exit_code, 0) << "dlock serve after SIGTERM\nstderr: " << result.err;
+    server_.reset();
+    return result;
+  }
+
+  // A short-lived dlock command on this test's database.
+  Result dlock(std::vector<std::string> args) const {
+    args.insert(args.begin(), {kDlock, "--url", url_});
+    return Process(args, env()).wait(10s);
+  }
+
+  // Holds `key` from another process (a lease that outlives `dlock acquire`); its token.
+  std::uint64_t hold(const std::string& key, const std::string& owner = "holder-1",
+                     const std::string& ttl = "10m") const {
+    const Result result = dlock({"acquire", "--owner", owner, "--ttl", ttl, key});
+    EXPECT_EQ(result.exit_code, 0) << "acquire " << key << ": " << result.err;
+    return result.exit_code == 0 ? std::stoull(result.out) : 0;
+  }
+
+  // `dlock --json status KEY`.
+  json status(const std::string& key) const {
+    const Result result = dlock({"--json", "status", key});
+    EXPECT_EQ(result.exit_code, 0) << result.err;
+    return json::parse(result.out, nullptr, false);
+  }
+
+  httplib::Client http() const {
+    httplib::Client client("127.0.0.1", port_);
+    client.set_connection_timeout(2, 0);
+    client.set_read_timeout(5, 0);
+    client.set_write_timeout(5, 0);
+    return client;
+  }
+
+  Reply record(const httplib::Result& result) {
+    Reply reply;
+    if (!result) {
+      reply.body = "no answer: " + httplib::to_string(result.error());
+      return reply;
+    }
+    reply.status = result->status;
+    reply.body = result->body;
+    reply.content_type = result->get_header_value("Content-Type");
+    reply.doc = json::parse(reply.body, nullptr, false);
+    bodies_.push_back(reply.body);
+    return reply;
+  }
+
+  Reply get(const std::string& path, const httplib::Params& params = {}, const httplib::Headers& headers = {}) {
+    auto client = http();
+    return record(client.Get(path, params, headers));
+  }
+
+  Reply post(const std::string& path, const std::string& body, const std::string& content_type,
+             const httplib::Headers& headers = {}) {
+    auto client = http();
+    return record(client.Post(path, headers, body, content_type));
+  }
+
+  Reply force_release(const json& body, const httplib::Headers& headers = {}) {
+    return post("/api/force-release", body.dump(), "application/json", headers);
+  }
+
+  std::string path(const std::string& name) const { return dir_ + "/" + name; }
+  std::string read(const std::string& name) const {
+    std::ifstream in(path(name));
+    std::stringstream text;
+    text << in.rdbuf();
+    return text.str();
+  }
+  void write(const std::string& name, const std::string& text) const {
+    std::ofstream(path(name)) << text;
+  }
+
+  // The audit log's entries, oldest first; a line that is not a JSON object fails the test.
+  std::vector<json> audit_file() const {
+    std::vector<json> entries;
+    for (const auto& line : lines_of(read("audit.log"))) {
+      if (line.empty()) continue;
+      json entry = json::parse(line, nullptr, false);
+      EXPECT_TRUE(entry.is_object()) << "audit log line: " << line;
+      entries.push_back(std::move(entry));
+    }
+    return entries;
+  }
+
+  std::string dir_;
+  std::string url_;
+  std::unique_ptr<Process> server_;
+  int port_ = 0;
+  std::vector<std::string> bodies_;  // every response body received
+};
+
+// The lock object of the API, for a lock that `hold` took.
+void expect_lock(const json& lock, const std::string& key, std::uint64_t token, int hold_count = 1,
+                 const std::string& owner = "holder-1") {
+  EXPECT_EQ(field(lock, "key"), key) << lock;
+  EXPECT_EQ(field(lock, "owner"), owner) << lock;
+  EXPECT_EQ(field(lock, "token"), token) << lock;
+  EXPECT_EQ(field(lock, "hold_count"), hold_count) << lock;
+  const json ttl = field(lock, "ttl_left_ms");
+  ASSERT_TRUE(ttl.is_number_integer()) << lock;
+  EXPECT_GT(ttl.get<long long>(), 0) << lock;
+  EXPECT_LE(ttl.get<long long>(), 600000) << lock;
+}
+
+// The keys of a listing, in its order.
+std::vector<std::string> keys_of(const json& listing) {
+  std::vector<std::string> keys;
+  for (const auto& lock : field(listing, "locks")) {
+    const json key = field(lock, "key");
+    keys.push_back(key.is_string() ? key.get<std::string>() : key.dump());
+  }
+  return keys;
+}
+
+using Keys = std::vector<std::string>;
+
+TEST_F(ServeTest, HealthzAnswers) {
+  ASSERT_TRUE(serve());
+  const Reply reply = get("/healthz");
+  EXPECT_EQ(reply.status, 200) << reply.body;
+  EXPECT_EQ(reply.doc, json({{"ok", true}, {"backend", "sqlite"}})) << reply.body;
+  stop();
+}
+
+TEST_F(ServeTest, ListsALockHeldByAnotherProcessAndPages) {
+  const std::uint64_t a = hold("k/a");
+  const std::uint64_t b = hold("k/b");
+  const std::uint64_t c = hold("k/c");
+  hold("k/0-expiring", "holder-2", "300ms");
+  ASSERT_TRUE(serve());
+
+  // A lease that ended is not listed, though nobody released it.
+  const auto deadline = Clock::now() + 5s;
+  while (field(status("k/0-expiring"), "held") != false) {
+    ASSERT_LT(Clock::now(), deadline) << "a 300ms lease did not end";
+    std::this_thread::sleep_for(20ms);
+  }
+
+  const Reply all = get("/api/locks");
+  ASSERT_EQ(all.status, 200) << all.body;
+  const json locks = field(all.doc, "locks");
+  ASSERT_EQ(locks.size(), 3u) << all.body;
+  expect_lock(locks[0], "k/a", a);
+  expect_lock(locks[1], "k/b", b);
+  expect_lock(locks[2], "k/c", c);
+  EXPECT_TRUE(all.doc.contains("next_after") && field(all.doc, "next_after").is_null()) << all.body;
+
+  const Reply first = get("/api/locks", {{"limit", "2"}});
+  ASSERT_EQ(first.status, 200) << first.body;
+  EXPECT_EQ(keys_of(first.doc), (Keys{"k/a", "k/b"})) << first.body;
+  ASSERT_EQ(field(first.doc, "next_after"), "k/b") << first.body;
+
+  const Reply second = get("/api/locks", {{"limit", "2"}, {"after", "k/b"}});
+  ASSERT_EQ(second.status, 200) << second.body;
+  ASSERT_EQ(keys_of(second.doc), Keys{"k/c"}) << second.body;
+  expect_lock(field(second.doc, "locks")[0], "k/c", c);
+  EXPECT_TRUE(second.doc.contains("next_after") && field(second.doc, "next_after").is_null()) << second.body;
+  stop();
+}
+
+TEST_F(ServeTest, PrefixSearchIsServerSide) {
+  hold("orders/1");
+  hold("orders/2");
+  hold("users/1");
+  hold("ordersX");
+  ASSERT_TRUE(serve());
+
+  const Reply orders = get("/api/locks", {{"prefix", "orders/"}});
+  ASSERT_EQ(orders.status, 200) << orders.body;
+  EXPECT_EQ(keys_of(orders.doc), (Keys{"orders/1", "orders/2"})) << orders.body;
+  EXPECT_TRUE(field(orders.doc, "next_after").is_null()) << orders.body;
+
+  // Paging within a prefix: the page after the last order ends there, not at users/1.
+  const Reply page = get("/api/locks", {{"prefix", "orders/"}, {"limit", "1"}});
+  EXPECT_EQ(keys_of(page.doc), Keys{"orders/1"}) << page.body;
+  EXPECT_EQ(field(page.doc, "next_after"), "orders/1") << page.body;
+  const Reply rest = get("/api/locks", {{"prefix", "orders/"}, {"limit", "1"}, {"after", "orders/1"}});
+  EXPECT_EQ(keys_of(rest.doc), Keys{"orders/2"}) << rest.body;
+  const Reply end = get("/api/locks", {{"prefix", "orders/"}, {"after", "orders/2"}});
+  EXPECT_EQ(end.status, 200) << end.body;
+  EXPECT_TRUE(keys_of(end.doc).empty()) << end.body;
+  EXPECT_TRUE(field(end.doc, "next_after").is_null()) << end.body;
+
+  // The prefix selects before the limit counts: no empty pages of keys filtered out afterwards.
+  const Reply users = get("/api/locks", {{"prefix", "users/"}, {"limit", "1"}});
+  EXPECT_EQ(keys_of(users.doc), Keys{"users/1"}) << users.body;
+  // The prefix is literal text, not a pattern.
+  for (const std::string pattern : {"%", "order_/", "orders/%", "*"}) {
+    const Reply none = get("/api/locks", {{"prefix", pattern}});
+    EXPECT_EQ(none.status, 200) << pattern << ": " << none.body;
+    EXPECT_TRUE(keys_of(none.doc).empty()) << pattern << ": " << none.body;
+  }
+  stop();
+}
+
+TEST_F(ServeTest, InspectHeldAndFree) {
+  const std::uint64_t token = hold("jobs/nightly report");
+  ASSERT_EQ(hold("jobs/nightly report"), token) << "re-entry keeps the token";
+  ASSERT_TRUE(serve());
+
+  const Reply held = get("/api/lock", {{"key", "jobs/nightly report"}});
+  ASSERT_EQ(held.status, 200) << held.body;
+  expect_lock(held.doc, "jobs/nightly report", token, 2);
+  EXPECT_EQ(field(held.doc, "held"), true) << held.body;
+
+  const Reply free = get("/api/lock", {{"key", "nightly"}});
+  EXPECT_EQ(free.status, 404) << free.body;
+  EXPECT_EQ(free.doc, json({{"key", "nightly"}, {"held", false}})) << free.body;
+  stop();
+}
+
+TEST_F(ServeTest, ForceReleaseFreesTheKeyAndIsAudited) {
+  const std::uint64_t token = hold("deploy");
+  const std::uint64_t other = hold("nightly", "cron-7");
+  ASSERT_TRUE(serve());
+
+  const Reply freed = force_release({{"key", "deploy"}, {"reason", "stuck after host crash"}, {"by", "alice"}});
+  ASSERT_EQ(freed.status, 200) << freed.body;
+  expect_lock(field(freed.doc, "released"), "deploy", token);
+  const json audit = field(freed.doc, "audit");
+  EXPECT_EQ(field(audit, "by"), "alice") << audit;
+  EXPECT_EQ(field(audit, "from"), "127.0.0.1") << audit;
+  EXPECT_EQ(field(audit, "reason"), "stuck after host crash") << audit;
+  EXPECT_EQ(field(audit, "key"), "deploy") << audit;
+  EXPECT_EQ(field(audit, "owner"), "holder-1") << audit;
+  EXPECT_EQ(field(audit, "token"), token) << audit;
+  const json at = field(audit, "at");
+  ASSERT_TRUE(at.is_string()) << audit;
+  EXPECT_LE(std::abs(seconds_from_now(at.get<std::string>())), 60) << "not UTC ISO-8601 of now: " << at;
+
+  const json after = status("deploy");
+  EXPECT_EQ(field(after, "held"), false) << after;
+  EXPECT_EQ(get("/api/lock", {{"key", "deploy"}}).status, 404);
+  EXPECT_EQ(field(status("nightly"), "token"), other) << "only the named key is freed";
+
+  const std::vector<json> logged = audit_file();
+  ASSERT_EQ(logged.size(), 1u) << read("audit.log");
+  EXPECT_EQ(logged[0], audit);
+
+  const Reply again = force_release({{"key", "deploy"}, {"reason", "twice"}, {"by", "alice"}});
+  EXPECT_EQ(again.status, 404) << again.body;
+  EXPECT_EQ(again.doc, json({{"key", "deploy"}, {"held", false}})) << again.body;
+
+  // Without "by", the entry says anonymous; the listing is newest first.
+  const Reply anonymous = force_release({{"key", "nightly"}, {"reason", "cron host retired"}});
+  ASSERT_EQ(anonymous.status, 200) << anonymous.body;
+  expect_lock(field(anonymous.doc, "released"), "nightly", other, 1, "cron-7");
+  EXPECT_EQ(field(field(anonymous.doc, "audit"), "by"), "anonymous") << anonymous.body;
+
+  const Reply listing = get("/api/audit");
+  ASSERT_EQ(listing.status, 200) << listing.body;
+  const json entries = field(listing.doc, "entries");
+  ASSERT_EQ(entries.size(), 2u) << listing.body;
+  EXPECT_EQ(entries[0], field(anonymous.doc, "audit"));
+  EXPECT_EQ(entries[1], audit);
+  const json newest = field(get("/api/audit", {{"limit", "1"}}).doc, "entries");
+  ASSERT_EQ(newest.size(), 1u) << newest;
+  EXPECT_EQ(newest[0], field(anonymous.doc, "audit"));
+  EXPECT_EQ(audit_file().size(), 2u) << read("audit.log");
+
+  const Result retaken = dlock({"acquire", "--no-wait", "--owner", "holder-2", "deploy"});
+  ASSERT_EQ(retaken.exit_code, 0) << "the key is free for the next holder: " << retaken.err;
+  EXPECT_GT(std::stoull(retaken.out), token);
+  stop();
+}
+
+TEST_F(ServeTest, ForceReleaseRefusesCrossSiteRequests) {
+  const std::uint64_t token = hold("deploy");
+  ASSERT_TRUE(serve());
+  const std::string body = json({{"key", "deploy"}, {"reason", "csrf"}}).dump();
+
+  // The content types a cross-site form or fetch may send without a preflight.
+  for (const std::string type : {"text/plain", "application/x-www-form-urlencoded", ""}) {
+    const Reply reply = post("/api/force-release", body, type);
+    EXPECT_EQ(reply.status, 415) << "Content-Type '" << type << "': " << reply.body;
+  }
+  const std::string self = "http://127.0.0.1:" + std::to_string(port_);
+  for (const std::string& origin :
+       {std::string("http://evil.example"), std::string("null"), self + ".evil.example", std::string("http://127.0.0.1")}) {
+    const Reply reply = post("/api/force-release", body, "application/json", {{"Origin", origin}});
+    EXPECT_EQ(reply.status, 403) << "Origin '" << origin << "': " << reply.body;
+  }
+  auto client = http();
+  const Reply by_get = record(client.Get("/api/force-release?key=deploy&reason=csrf"));
+  EXPECT_TRUE(by_get.status == 405 || by_get.status == 404) << by_get.status << ": " << by_get.body;
+
+  const json still = status("deploy");
+  EXPECT_EQ(field(still, "held"), true) << still;
+  EXPECT_EQ(field(still, "token"), token) << still;
+  EXPECT_TRUE(audit_file().empty()) << read("audit.log");
+
+  // The page's own origin may.
+  const Reply same = post("/api/force-release", body, "application/json", {{"Origin", self}});
+  EXPECT_EQ(same.status, 200) << same.body;
+  EXPECT_EQ(field(status("deploy"), "held"), false);
+  stop();
+}
+
+TEST_F(ServeTest, AuditLogSurvivesARestart) {
+  hold("first");
+  const std::uint64_t second_token = hold("second");
+  ASSERT_TRUE(serve());
+  const Reply first = force_release({{"key", "first"}, {"reason", "before the restart"}, {"by", "bob"}});
+  ASSERT_EQ(first.status, 200) << first.body;
+  stop();
+
+  ASSERT_TRUE(serve());
+  const Reply kept = get("/api/audit");
+  ASSERT_EQ(kept.status, 200) << kept.body;
+  ASSERT_EQ(field(kept.doc, "entries").size(), 1u) << kept.body;
+  EXPECT_EQ(field(kept.doc, "entries")[0], field(first.doc, "audit"));
+
+  const Reply second = force_release({{"key", "second"}, {"reason", "after the restart"}, {"by", "bob"}});
+  ASSERT_EQ(second.status, 200) << second.body;
+  EXPECT_EQ(field(field(second.doc, "audit"), "token"), second_token);
+  const json entries = field(get("/api/audit").doc, "entries");
+  ASSERT_EQ(entries.size(), 2u) << entries;
+  EXPECT_EQ(entries[0], field(second.doc, "audit"));
+  EXPECT_EQ(entries[1], field(first.doc, "audit"));
+  stop();
+
+  const std::vector<json> logged = audit_file();
+  ASSERT_EQ(logged.size(), 2u) << read("audit.log");
+  EXPECT_EQ(logged[0], field(first.doc, "audit"));
+  EXPECT_EQ(logged[1], field(second.doc, "audit"));
+}
+
+TEST_F(ServeTest, NonLoopbackWithoutTokenRefusesToStart) {
+  const auto argv = serve_command({"--listen", "0.0.0.0:0"});
+  const Result result = Process(argv, env()).wait(5s);
+  EXPECT_EQ(result.exit_code, 64) << result.out << result.err;
+  EXPECT_TRUE(result.err.starts_with("dlock: ")) << result.err;
+  EXPECT_TRUE(contains(result.err, "--token-file")) << result.err;
+  EXPECT_FALSE(contains(result.out, "listening")) << result.out;
+}
+
+TEST_F(ServeTest, NonLoopbackStartsWithATokenFromTheEnvironment) {
+  const std::string token = random_secret();
+  ASSERT_TRUE(serve({"--listen", "0.0.0.0:0"}, {"DLOCK_SERVE_TOKEN=" + token}));
+  EXPECT_EQ(get("/api/locks").status, 401);
+  EXPECT_EQ(get("/api/locks", {}, {{"Authorization", "Bearer " + token}}).status, 200);
+  const Result result = stop();
+  EXPECT_FALSE(contains(result.out + result.err, token));
+}
+
+TEST_F(ServeTest, EmptyTokenFileRefusesToStart) {
+  write("token", "");
+  const Result result = Process(serve_command({"--token-file", path("token")}), env()).wait(5s);
+  EXPECT_EQ(result.exit_code, 64) << result.out << result.err;
+  EXPECT_TRUE(result.err.starts_with("dlock: ")) << result.err;
+}
+
+TEST_F(ServeTest, TokenRequiredAndNeverEchoed) {
+  const std::string token = random_secret();
+  write("token", token + "  \n");
+  const std::uint64_t held = hold("deploy");
+  ASSERT_TRUE(serve({"--token-file", path("token")}));
+  const httplib::Headers good = {{"Authorization", "Bearer " + token}};
+
+  EXPECT_EQ(get("/healthz").status, 200) << "health checks need no token";
+  for (const std::string target : {"/api/locks", "/api/lock", "/api/audit", "/metrics"}) {
+    const Reply reply = get(target, {{"key", "deploy"}});
+    EXPECT_EQ(reply.status, 401) << target << ": " << reply.body;
+    EXPECT_TRUE(field(reply.doc, "error").is_string()) << target << ": " << reply.body;
+  }
+  for (const std::string& wrong : {std::string("Bearer wrong"), "Bearer " + token + "x", "Bearer " + token.substr(1),
+                                   token, "Basic " + token, std::string("Bearer")}) {
+    const Reply reply = get("/api/locks", {}, {{"Authorization", wrong}});
+    EXPECT_EQ(reply.status, 401) << "Authorization: " << wrong << "\n" << reply.body;
+  }
+  const Reply refused = force_release({{"key", "deploy"}, {"reason", "no token"}});
+  EXPECT_EQ(refused.status, 401) << refused.body;
+  EXPECT_EQ(field(status("deploy"), "held"), true);
+
+  EXPECT_EQ(get("/api/locks", {}, good).status, 200);
+  const Reply inspected = get("/api/lock", {{"key", "deploy"}}, good);
+  EXPECT_EQ(inspected.status, 200) << inspected.body;
+  EXPECT_EQ(get("/metrics", {}, good).status, 200);
+  const Reply freed = force_release({{"key", "deploy"}, {"reason", "with the token"}}, good);
+  ASSERT_EQ(freed.status, 200) << freed.body;
+  EXPECT_EQ(field(field(freed.doc, "released"), "token"), held);
+  EXPECT_EQ(get("/api/audit", {}, good).status, 200);
+  const Result result = stop();
+
+  ASSERT_FALSE(bodies_.empty());
+  for (const auto& body : bodies_) EXPECT_FALSE(contains(body, token)) << body;
+  EXPECT_FALSE(contains(result.out, token)) << result.out;
+  EXPECT_FALSE(contains(result.err, token)) << result.err;
+  EXPECT_FALSE(contains(read("audit.log"), token)) << read("audit.log");
+}
+
+TEST_F(ServeTest, MetricsInPrometheusTextFormat) {
+  ASSERT_TRUE(serve());
+  const Reply empty = get("/metrics");
+  ASSERT_EQ(empty.status, 200) << empty.body;
+  EXPECT_TRUE(empty.content_type.starts_with("text/plain; version=0.0.4")) << empty.content_type;
+  EXPECT_TRUE(has_line(empty.body, "dlock_held_locks 0")) << empty.body;
+  EXPECT_TRUE(has_line(empty.body, "dlock_force_releases_total 0")) << empty.body;
+  for (const char* metric : {"dlock_held_locks", "dlock_force_releases_total"}) {
+    EXPECT_TRUE(contains(empty.body, std::string("# HELP ") + metric + " ")) << empty.body;
+  }
+  EXPECT_TRUE(has_line(empty.body, "# TYPE dlock_held_locks gauge")) << empty.body;
+  EXPECT_TRUE(has_line(empty.body, "# TYPE dlock_force_releases_total counter")) << empty.body;
+
+  hold("a");
+  hold("b", "holder-2");
+  const Reply two = get("/metrics");
+  EXPECT_TRUE(has_line(two.body, "dlock_held_locks 2")) << two.body;
+  EXPECT_TRUE(has_line(two.body, "dlock_force_releases_total 0")) << two.body;
+
+  ASSERT_EQ(force_release({{"key", "a"}, {"reason", "metrics"}}).status, 200);
+  const Reply one = get("/metrics");
+  EXPECT_TRUE(has_line(one.body, "dlock_held_locks 1")) << one.body;
+  EXPECT_TRUE(has_line(one.body, "dlock_force_releases_total 1")) << one.body;
+  stop();
+}
+
+TEST_F(ServeTest, BadRequests) {
+  hold("deploy");
+  ASSERT_TRUE(serve());
+  for (const std::string limit : {"0", "5000", "1001", "-1", "abc"}) {
+    const Reply reply = get("/api/locks", {{"limit", limit}});
+    EXPECT_EQ(reply.status, 400) << "limit=" << limit << ": " << reply.body;
+    EXPECT_TRUE(field(reply.doc, "error").is_string()) << "limit=" << limit << ": " << reply.body;
+  }
+  for (const std::string limit : {"1", "1000"}) {
+    const Reply reply = get("/api/locks", {{"limit", limit}});
+    EXPECT_EQ(reply.status, 200) << "limit=" << limit << ": " << reply.body;
+  }
+
+  const Reply no_key = get("/api/lock");
+  EXPECT_EQ(no_key.status, 400) << no_key.body;
+  EXPECT_TRUE(field(no_key.doc, "error").is_string()) << no_key.body;
+
+  for (const std::string body : {R"({"reason":"r"})", R"({"key":"","reason":"r"})", R"({"key":"deploy"})",
+                                 R"({"key":"deploy","reason":""})", R"({"key":"deploy")", "[]", ""}) {
+    const Reply reply = post("/api/force-release", body, "application/json");
+    EXPECT_EQ(reply.status, 400) << body << ": " << reply.body;
+  }
+  EXPECT_EQ(field(status("deploy"), "held"), true) << "a bad request released the lock";
+
+  for (const std::string target : {"/nope", "/api/nope", "/api/locks/deploy", "/healthz/x"}) {
+    EXPECT_EQ(get(target).status, 404) << target;
+  }
+  stop();
+}
+
+}  // namespace
