@@ -440,6 +440,24 @@ TEST_F(ServeTest, ForceReleaseFreesTheKeyAndIsAudited) {
   stop();
 }
 
+// The on-call path end to end: a `dlock run` holds the key in another process; the API's
+// force-release frees it, and the holder learns of it at its next renewal and stops its
+// command (exit 75).
+TEST_F(ServeTest, ForceReleaseStopsTheHoldersCommand) {
+  Process holder({kDlock, "--url", url_, "run", "--ttl", "900ms", "job", "--", "sleep", "60"}, env());
+  const auto deadline = Clock::now() + 5s;
+  while (field(status("job"), "held") != true && Clock::now() < deadline) std::this_thread::sleep_for(20ms);
+  ASSERT_EQ(field(status("job"), "held"), true) << "dlock run never took the key";
+  ASSERT_TRUE(serve());
+
+  const Reply freed = force_release({{"key", "job"}, {"reason", "runaway job"}, {"by", "oncall"}});
+  ASSERT_EQ(freed.status, 200) << freed.body;
+  const Result run = holder.wait(5s);
+  EXPECT_EQ(run.exit_code, 75) << "the holder's dlock run did not stop its command\nstderr: " << run.err;
+  EXPECT_LT(run.elapsed, 10s);
+  stop();
+}
+
 TEST_F(ServeTest, ForceReleaseRefusesCrossSiteRequests) {
   const std::uint64_t token = hold("deploy");
   ASSERT_TRUE(serve());
