@@ -8,6 +8,7 @@ packages=(
   libsqlite3-dev libmariadb-dev libssl-dev zlib1g-dev libfmt-dev libcli11-dev nlohmann-json3-dev libcpp-httplib-dev
   libgtest-dev libgmock-dev
   util-linux hyperfine sqlite3
+  chromium  # the admin page's browser tests (tests/browser), driven by playwright-core from npm
 )
 missing=()
 for p in "${packages[@]}"; do

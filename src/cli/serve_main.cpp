@@ -33,6 +33,7 @@
 
 #include <CLI/CLI.hpp>
 
+#include "cli/admin_page.hpp"
 #include "cli/cli_common.hpp"
 
 namespace dlock::cli {
@@ -200,7 +201,10 @@ class AdminApi {
 
   void install(httplib::Server& server) {
     server.set_pre_routing_handler([this](const httplib::Request& request, httplib::Response& response) {
-      if (!token_ || request.path == "/healthz") return httplib::Server::HandlerResponse::Unhandled;
+      // The page holds no data: it asks for the token and sends it with its API calls.
+      if (!token_ || request.path == "/healthz" || request.path == "/") {
+        return httplib::Server::HandlerResponse::Unhandled;
+      }
       const std::string header = request.get_header_value("Authorization");
       if (header.starts_with("Bearer ") && same_secret(header.substr(7), *token_)) {
         return httplib::Server::HandlerResponse::Unhandled;
@@ -216,6 +220,16 @@ class AdminApi {
       } catch (const std::exception& e) {
         fail(response, 503, e.what());  // backend errors carry the redacted URL only
       }
+    });
+    server.Get("/", [](const httplib::Request&, httplib::Response& response) {
+      // Never framed by another site (a force-release button under a decoy), and nothing
+      // loaded from anywhere but this server.
+      response.set_header("X-Frame-Options", "DENY");
+      response.set_header("Content-Security-Policy",
+                          "default-src 'none'; script-src 'unsafe-inline'; style-src 'unsafe-inline'; "
+                          "connect-src 'self'; frame-ancestors 'none'; base-uri 'none'; form-action 'none'");
+      response.set_header("Cache-Control", "no-store");
+      response.set_content(kAdminPage, "text/html; charset=utf-8");
     });
     server.Get("/healthz", [this](const httplib::Request&, httplib::Response& response) {
       try {

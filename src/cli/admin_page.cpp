@@ -1,0 +1,294 @@
+// The admin page dlock-serve answers at `/`: one self-contained document (no CDN, no build
+// step) over the JSON API of docs/http-api.md. Keys and owners are arbitrary bytes from other
+// programs, so they only ever reach the page as text (textContent), never as markup.
+
+#include "cli/admin_page.hpp"
+
+namespace dlock::cli {
+
+const char* const kAdminPage = R"page(<!doctype html>
+<html lang="en">
+<head>
+<meta charset="utf-8">
+<meta name="viewport" content="width=device-width, initial-scale=1">
+<title>dlock locks</title>
+<style>
+  body { font: 14px/1.45 system-ui, sans-serif; margin: 0; color: #1b1f24; background: #f5f6f8; }
+  header { background: #1b1f24; color: #fff; padding: 10px 16px; display: flex; gap: 16px; align-items: baseline; }
+  header h1 { font-size: 17px; margin: 0; }
+  header .muted { color: #aab2bd; }
+  main { display: grid; grid-template-columns: minmax(0, 2fr) minmax(380px, 1fr); gap: 16px; padding: 16px; }
+  section { background: #fff; border: 1px solid #d7dce2; border-radius: 6px; padding: 12px 14px; margin-bottom: 16px; }
+  h2 { font-size: 15px; margin: 0 0 8px; }
+  .toolbar { display: flex; gap: 8px; align-items: center; margin-bottom: 8px; }
+  #prefix { flex: 1; padding: 6px 8px; font-size: 14px; }
+  table { width: 100%; border-collapse: collapse; }
+  th, td { text-align: left; padding: 5px 8px; border-bottom: 1px solid #edf0f3; vertical-align: top; }
+  th { font-weight: 600; color: #57606a; }
+  td.key, #detail-key { font-family: ui-monospace, SFMono-Regular, monospace; overflow-wrap: anywhere; }
+  td.num { text-align: right; font-variant-numeric: tabular-nums; }
+  #audit { overflow-x: auto; }
+  #audit td.key { overflow-wrap: normal; white-space: nowrap; }
+  td.ttl { white-space: nowrap; font-variant-numeric: tabular-nums; }
+  td.ttl.low { color: #b42318; font-weight: 600; }
+  #locks tbody tr { cursor: pointer; }
+  #locks tbody tr:hover { background: #f0f4ff; }
+  #locks tbody tr.selected { background: #dfe8ff; }
+  dl { display: grid; grid-template-columns: auto 1fr; gap: 2px 12px; margin: 8px 0 12px; }
+  dt { color: #57606a; }
+  dd { margin: 0; word-break: break-all; }
+  label { display: block; margin: 6px 0; color: #57606a; }
+  textarea, #by { display: block; width: 100%; box-sizing: border-box; margin-top: 2px; font: inherit; padding: 5px; }
+  button { font: inherit; padding: 5px 10px; }
+  button.danger { background: #b42318; color: #fff; border: 0; border-radius: 4px; padding: 7px 14px; }
+  button.danger:disabled { background: #e3a8a1; }
+  #message { margin: 0 0 12px; }
+  #message:empty { display: none; }
+  #message.error, #status.error { color: #b42318; }
+  .empty { color: #57606a; padding: 12px 8px; }
+</style>
+</head>
+<body>
+<header><h1>dlock</h1><span class="muted" id="backend"></span><span class="muted" id="status"></span></header>
+<main>
+  <div>
+    <section id="list">
+      <div class="toolbar">
+        <input id="prefix" type="search" placeholder="Search keys by prefix" aria-label="Key prefix" autofocus>
+        <span id="count"></span>
+        <button id="first-page" type="button">First page</button>
+        <button id="next-page" type="button">Next page</button>
+      </div>
+      <table id="locks">
+        <thead><tr><th>Key</th><th>Owner</th><th>Holds</th><th>Token</th><th>Time left</th></tr></thead>
+        <tbody></tbody>
+      </table>
+      <div class="empty" id="no-locks" hidden>No held locks here.</div>
+    </section>
+  </div>
+  <aside>
+    <section id="detail" hidden>
+      <h2 id="detail-key"></h2>
+      <dl>
+        <dt>Owner</dt><dd id="detail-owner"></dd>
+        <dt>Fencing token</dt><dd id="detail-token"></dd>
+        <dt>Holds</dt><dd id="detail-holds"></dd>
+        <dt>Time left</dt><dd id="detail-ttl"></dd>
+      </dl>
+      <label>Reason, for the audit log<textarea id="reason" rows="2"></textarea></label>
+      <label>Your name<input id="by" autocomplete="name"></label>
+      <button id="force-release" class="danger" type="button" disabled>Force-release</button>
+    </section>
+    <p id="message" role="status"></p>
+    <section id="audit">
+      <h2>Audit log</h2>
+      <table>
+        <thead><tr><th>When (UTC)</th><th>By</th><th>Key</th><th>Token</th><th>Reason</th></tr></thead>
+        <tbody></tbody>
+      </table>
+    </section>
+  </aside>
+</main>
+<script>
+"use strict";
+const $ = (selector) => document.querySelector(selector);
+const pageSize = 50;
+let pageStart = "";     // list after this key ("" = from the first)
+let nextAfter = null;   // the key the next page starts after, if any
+let selected = null;    // the lock shown in #detail
+let token = sessionStorage.getItem("dlock-token") || "";
+const deadlines = new Map();  // key -> performance.now() at which its lease ends
+
+async function api(path, options = {}) {
+  const headers = Object.assign({}, options.headers);
+  if (token) headers.Authorization = "Bearer " + token;
+  const response = await fetch(path, Object.assign({}, options, { headers }));
+  if (response.status === 401) {
+    const given = prompt("This dlock serve needs its access token:");
+    if (given) { token = given; sessionStorage.setItem("dlock-token", given); }
+    throw new Error("the server asked for its access token");
+  }
+  const body = await response.json().catch(() => ({}));
+  return { status: response.status, body };
+}
+
+function formatLeft(ms) {
+  if (ms <= 0) return "expired";
+  if (ms < 1000) return Math.floor(ms) + "ms";
+  if (ms < 60000) return (Math.floor(ms / 100) / 10).toFixed(1) + "s";
+  const s = Math.floor(ms / 1000);
+  if (s < 3600) return Math.floor(s / 60) + "m" + String(s % 60).padStart(2, "0") + "s";
+  return Math.floor(s / 3600) + "h" + String(Math.floor((s % 3600) / 60)).padStart(2, "0") + "m";
+}
+
+function cell(row, className, text) {
+  const td = row.insertCell();
+  td.className = className;
+  td.textContent = text;
+  return td;
+}
+
+function showStatus(text, isError) {
+  $("#status").textContent = text;
+  $("#status").className = isError ? "error" : "muted";
+}
+
+function say(text, isError) {
+  $("#message").textContent = text;
+  $("#message").className = isError ? "error" : "";
+}
+
+function tick() {
+  const now = performance.now();
+  for (const td of document.querySelectorAll("#locks td.ttl")) {
+    const left = deadlines.get(td.parentElement.dataset.key) - now;
+    td.textContent = formatLeft(left);
+    td.classList.toggle("low", left < 10000);
+  }
+  if (selected) $("#detail-ttl").textContent = formatLeft(selected.deadline - now);
+}
+
+let listRequests = 0;  // a refresh started before a search must not overwrite its result
+async function refreshLocks() {
+  const request = ++listRequests;
+  const query = new URLSearchParams({ prefix: $("#prefix").value, after: pageStart, limit: pageSize });
+  try {
+    const { status, body } = await api("/api/locks?" + query);
+    if (request !== listRequests) return;
+    if (status !== 200) throw new Error(body.error || "HTTP " + status);
+    const fetchedAt = performance.now();
+    const tbody = $("#locks tbody");
+    const rows = document.createDocumentFragment();
+    deadlines.clear();
+    for (const lock of body.locks) {
+      deadlines.set(lock.key, fetchedAt + lock.ttl_left_ms);
+      const row = document.createElement("tr");
+      row.dataset.key = lock.key;
+      if (selected && selected.key === lock.key) row.className = "selected";
+      cell(row, "key", lock.key);
+      cell(row, "owner", lock.owner);
+      cell(row, "holds num", String(lock.hold_count));
+      cell(row, "token num", String(lock.token));
+      cell(row, "ttl", "");
+      row.addEventListener("click", () => select(lock));
+      rows.appendChild(row);
+    }
+    tbody.replaceChildren(rows);
+    nextAfter = body.next_after;
+    $("#next-page").disabled = !nextAfter;
+    $("#first-page").disabled = pageStart === "";
+    $("#count").textContent = body.locks.length + (body.locks.length === 1 ? " lock" : " locks") +
+        (nextAfter ? ", more on the next page" : "");
+    $("#no-locks").hidden = body.locks.length > 0;
+    if (selected && deadlines.has(selected.key)) selected.deadline = deadlines.get(selected.key);
+    showStatus("updated " + new Date().toLocaleTimeString(), false);
+    tick();
+  } catch (error) {
+    showStatus("cannot list locks: " + error.message, true);
+  }
+}
+
+async function refreshAudit() {
+  try {
+    const { status, body } = await api("/api/audit?limit=20");
+    if (status !== 200) return;
+    const rows = document.createDocumentFragment();
+    for (const entry of body.entries) {
+      const row = document.createElement("tr");
+      row.dataset.key = entry.key;
+      cell(row, "at", String(entry.at).replace("T", " ").replace("Z", ""));
+      cell(row, "by", entry.by);
+      cell(row, "key", entry.key);
+      cell(row, "token num", String(entry.token));
+      cell(row, "reason", entry.reason);
+      rows.appendChild(row);
+    }
+    $("#audit tbody").replaceChildren(rows);
+  } catch (error) {
+    // The list's status line already says what is wrong.
+  }
+}
+
+function showDetail(lock) {
+  $("#detail").hidden = false;
+  $("#detail-key").textContent = lock.key;
+  $("#detail-owner").textContent = lock.owner;
+  $("#detail-token").textContent = String(lock.token);
+  $("#detail-holds").textContent = String(lock.hold_count);
+  tick();
+}
+
+async function select(lock) {
+  selected = { key: lock.key, owner: lock.owner, token: lock.token, deadline: deadlines.get(lock.key) };
+  for (const row of document.querySelectorAll("#locks tbody tr")) {
+    row.classList.toggle("selected", row.dataset.key === lock.key);
+  }
+  showDetail(lock);
+  say("", false);
+  const { status, body } = await api("/api/lock?" + new URLSearchParams({ key: lock.key }));
+  if (!selected || selected.key !== lock.key) return;
+  if (status === 200) {
+    selected = { key: body.key, owner: body.owner, token: body.token, deadline: performance.now() + body.ttl_left_ms };
+    showDetail(body);
+  } else if (status === 404) {
+    say(lock.key + " is no longer held.", false);
+  }
+}
+
+async function forceRelease() {
+  if (!selected) return;
+  const lock = selected;
+  const reason = $("#reason").value.trim();
+  if (!reason) return;
+  if (!confirm("Force-release " + lock.key + ", held by " + lock.owner + " (token " + lock.token +
+               ")? Its holder loses the lock at its next renewal.")) {
+    return;
+  }
+  $("#force-release").disabled = true;
+  try {
+    const { status, body } = await api("/api/force-release", {
+      method: "POST",
+      headers: { "Content-Type": "application/json" },
+      body: JSON.stringify({ key: lock.key, reason, by: $("#by").value.trim() }),
+    });
+    if (status === 200) {
+      say("Released " + body.released.key + " (token " + body.released.token + ", held by " + body.released.owner + ").", false);
+      selected = null;
+      $("#detail").hidden = true;
+      $("#reason").value = "";
+    } else if (status === 404) {
+      say(lock.key + " was no longer held: nothing released.", false);
+    } else {
+      say("Not released: " + (body.error || "HTTP " + status), true);
+    }
+  } catch (error) {
+    say("Not released: " + error.message, true);
+  } finally {
+    $("#force-release").disabled = !$("#reason").value.trim();
+    refreshLocks();
+    refreshAudit();
+  }
+}
+
+let searchTimer = 0;
+$("#prefix").addEventListener("input", () => {
+  clearTimeout(searchTimer);
+  searchTimer = setTimeout(() => { pageStart = ""; refreshLocks(); }, 200);
+});
+$("#next-page").addEventListener("click", () => { if (nextAfter) { pageStart = nextAfter; refreshLocks(); } });
+$("#first-page").addEventListener("click", () => { pageStart = ""; refreshLocks(); });
+$("#reason").addEventListener("input", () => { $("#force-release").disabled = !$("#reason").value.trim(); });
+$("#force-release").addEventListener("click", forceRelease);
+
+api("/healthz").then(({ body }) => { $("#backend").textContent = body.backend ? body.backend + "://" : ""; }).catch(() => {});
+refreshLocks();
+refreshAudit();
+setInterval(tick, 250);
+setInterval(refreshLocks, 2000);
+setInterval(refreshAudit, 5000);
+</script>
+</body>
+</html>
+)page";
+
+}  // namespace dlock::cli
