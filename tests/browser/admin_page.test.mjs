@@ -14,7 +14,7 @@ import assert from 'node:assert/strict';
 import { spawn, execFile } from 'node:child_process';
 import { mkdtempSync, mkdirSync, readFileSync, rmSync, existsSync } from 'node:fs';
 import { tmpdir } from 'node:os';
-import { dirname, join, resolve } from 'node:path';
+import { basename, dirname, join, resolve } from 'node:path';
 import { setTimeout as sleep } from 'node:timers/promises';
 import { chromium } from 'playwright-core';
 
@@ -165,12 +165,17 @@ function parseDuration(text) {
 }
 
 // ---------------------------------------------------------------------------------------------
-// The stack under test: a temp dir, a sqlite:// URL, `dlock serve`, and a Chromium page on it.
+// The stack under test: a temp dir, a sqlite:// URL (or a table of DLOCK_SERVE_TEST_URL's
+// server), `dlock serve`, and a Chromium page on it.
 
 async function startStack(t) {
   const binary = dlockBinary();
   const dir = mkdtempSync(join(tmpdir(), 'dlock-browser-'));
-  const url = `sqlite://${dir}/locks.db`;
+  // DLOCK_SERVE_TEST_URL: a server (mysql://...) to run on instead, in a fresh table.
+  const server = process.env.DLOCK_SERVE_TEST_URL;
+  const url = server
+    ? `${server}${server.includes('?') ? '&' : '?'}table=browser_${basename(dir).replace(/[^A-Za-z0-9]/g, '_')}`
+    : `sqlite://${dir}/locks.db`;
   const auditLog = join(dir, 'audit.log');
   // Keep every default path (state dir, ...) inside the temp dir.
   const env = { ...process.env, XDG_STATE_HOME: join(dir, 'state'), DLOCK_URL: url };
