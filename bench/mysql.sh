@@ -48,8 +48,8 @@ for mode in lease session row; do
   "$dlock" --url "$url" run run-key -- true
   sql "SET GLOBAL general_log = OFF;"
   grep $' Execute\t' "$dir/general-$mode.log" | sed 's/^.*Execute\t//' >"$dir/executed-$mode" || true
-  # Set-up, once per process: the table probes.
-  setup='_seq` WHERE id = 0$|information_schema|LIMIT 0$'
+  # Set-up, once per process: the table probe (row mode: information_schema).
+  setup='_seq` WHERE id = 0$|AS added ON TRUE WHERE s.id = 0$|information_schema'
   executed=$(wc -l <"$dir/executed-$mode")
   lock_statements=$(grep -cEv "$setup" "$dir/executed-$mode" || true)
   echo "{\"backend\":\"mysql\",\"mode\":\"$mode\",\"what\":\"statements of one dlock run\",\"executed\":$executed,\"lock_statements\":$lock_statements}"

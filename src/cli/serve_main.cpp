@@ -94,13 +94,11 @@ std::optional<std::string> read_token(const ServeOptions& options) {
   return std::nullopt;
 }
 
+// Beside the embedded default database, in the same per-user state directory.
 std::string default_audit_log() {
-  // NOLINTBEGIN(concurrency-mt-unsafe): read once at start
-  const char* state = std::getenv("XDG_STATE_HOME");
-  const char* home = std::getenv("HOME");
-  // NOLINTEND(concurrency-mt-unsafe)
-  if (state && *state == '/') return std::string(state) + "/dlock/audit.log";
-  return std::string(home && *home ? home : ".") + "/.local/state/dlock/audit.log";
+  constexpr std::string_view scheme = "sqlite://";
+  return (std::filesystem::path(Client::embedded_default_url().substr(scheme.size())).parent_path() / "audit.log")
+      .string();
 }
 
 // Equal in time independent of where the strings differ, so the token cannot be guessed

@@ -203,9 +203,13 @@ void ModeBackend::ensure_lock_table(Connection& connection) {
   const std::string& table = settings_.table;
   try {
     // The token floor is the last thing the DDL makes: a concurrent first user may have
-    // created only the tables so far.
-    if (!connection.query("SELECT v FROM `" + table + "_seq` WHERE id = 0", {}).empty()) {
-      connection.query("SELECT session_id, heir_owner, heir_ttl_us, heir_session FROM `" + table + "` LIMIT 0", {});
+    // created only the tables so far. The empty join names the columns later versions
+    // added, in the same round trip.
+    if (!connection
+             .query("SELECT s.v FROM `" + table + "_seq` AS s LEFT JOIN (SELECT session_id, heir_owner, heir_ttl_us,"
+                    " heir_session FROM `" + table + "` LIMIT 0) AS added ON TRUE WHERE s.id = 0",
+                    {})
+             .empty()) {
       return;
     }
   } catch (const SqlError& e) {

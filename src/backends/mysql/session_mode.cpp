@@ -86,26 +86,17 @@ struct SessionSql {
     raise_floor = "UPDATE " + seq + " SET v = GREATEST(v, (SELECT COALESCE(MAX(token), 0) FROM " + t +
                   " WHERE owner = '')) WHERE id = 0";
     delete_idle = "DELETE FROM " + t + " WHERE owner = ''";
-    probe_column = "SELECT session_id FROM " + t + " LIMIT 0";
   }
 
   std::string acquire, reentered, conflict, reenter_elsewhere, renew, release, drop_bell, inspect, list_bounded,
-      list_open, session_of, force_release, orphaned, settle, lock_floor, raise_floor, delete_idle, probe_column;
+      list_open, session_of, force_release, orphaned, settle, lock_floor, raise_floor, delete_idle;
 };
 
 class SessionBackend final : public ModeBackend {
  public:
   explicit SessionBackend(Settings settings) : ModeBackend(std::move(settings)), sql_(settings_.table) {
     auto connection = take();
-    ensure_lock_table(*connection);
-    try {
-      connection->query(sql_.probe_column, {});
-    } catch (const SqlError& e) {
-      if (e.code != ER_BAD_FIELD_ERROR) raise(e, settings_);
-      throw ConfigurationError("table '" + settings_.table + "' predates session mode: ALTER TABLE `" + settings_.table +
-                                   "` ADD COLUMN session_id BIGINT UNSIGNED NOT NULL DEFAULT 0",
-                               kName);
-    }
+    ensure_lock_table(*connection);  // also checks for session_id
   }
 
   backend::AcquireResult acquire(const backend::AcquireRequest& request) override {
