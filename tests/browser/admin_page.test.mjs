@@ -294,7 +294,7 @@ test('admin page: list, live TTL, prefix search, force-release with reason and a
   const stack = await startStack(t);
 
   // Locks held by other processes: two `acquire`s and a `dlock run` that renews its lease
-  // every 300 ms while `sleep 60` runs. So that no two columns show the same numbers,
+  // every second while `sleep 60` runs (a TTL with room for an asan build on a busy machine). So that no two columns show the same numbers,
   // deploy/web is on its second token and nightly/report is held twice (re-entered).
   const earlier = await stack.acquire('deploy-16', 'deploy/web');
   const released = await stack.dlock('release', '--owner', 'deploy-16', '--token', earlier, 'deploy/web');
@@ -303,7 +303,7 @@ test('admin page: list, live TTL, prefix search, force-release with reason and a
   assert.notEqual(deployToken, earlier);
   const reportToken = await stack.acquire('report-9', 'nightly/report');
   assert.equal(await stack.acquire('report-9', 'nightly/report'), reportToken);
-  const holder = stack.spawn('dlock run', 'run', '--ttl', '900ms', 'orders/42', '--', 'sleep', '60');
+  const holder = stack.spawn('dlock run', 'run', '--ttl', '3s', 'orders/42', '--', 'sleep', '60');
   const orders = await eventually('dlock run holds orders/42', async () => {
     assert.ok(holder.running, `dlock run exited: ${JSON.stringify(holder.exit)} ${holder.stderr}`);
     const s = await stack.status('orders/42');
