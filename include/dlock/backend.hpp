@@ -140,6 +140,12 @@ class DLOCK_EXPORT Backend {
   virtual void ping() = 0;
   // Removes state of keys that are free, keeping fencing monotonic. Returns keys removed.
   virtual std::size_t collect_idle() { return 0; }
+
+  // Adds one client's counters to the store's totals, atomically; stores that keep no totals
+  // ignore it. Called every few seconds per busy client, so it must not contend with locks.
+  virtual void add_activity(const Activity& /*delta*/) {}
+  // The store's totals since it was created, or nothing where it keeps none.
+  virtual std::optional<Activity> activity() { return std::nullopt; }
 };
 
 }  // namespace dlock::backend

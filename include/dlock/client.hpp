@@ -206,6 +206,11 @@ class DLOCK_EXPORT Client {
                 std::size_t limit = 100) const;
   std::optional<LockInfo> force_release(std::string_view key) const;
   std::size_t collect_idle() const;
+  // What this client did since it opened (see Activity); it adds the same to the store's
+  // totals every few seconds and when its last copy goes.
+  Activity activity() const;
+  // The totals over every client of the store, or nothing where the backend keeps none.
+  std::optional<Activity> store_activity() const;
   // One round trip to the backend; returns how long it took.
   std::chrono::nanoseconds ping() const;
 

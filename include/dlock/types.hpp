@@ -5,6 +5,7 @@
 #include <chrono>
 #include <cstddef>
 #include <cstdint>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -26,6 +27,26 @@ struct LockInfo {
   std::uint64_t token = 0;       // fencing token of the current acquisition
   std::uint32_t hold_count = 0;  // re-entries by the owner; 1 after a plain acquire
   std::chrono::milliseconds ttl_left{0};
+  // Time since this acquisition took the key (re-entries and renewals do not reset it), by
+  // the backend's clock; nothing where the store does not record it (mysql:// row mode).
+  std::optional<std::chrono::milliseconds> held_for;
+};
+
+// What clients did, as counters. Each client counts its own (Client::activity) and adds them
+// to the store's totals every few seconds and when it closes; `dlock serve` exports those
+// totals on /metrics.
+struct Activity {
+  std::uint64_t acquisitions = 0;  // new acquisitions (a re-entry is not one)
+  std::uint64_t conflicts = 0;     // acquire calls whose first attempt found the key held
+  std::uint64_t waits = 0;         // acquire calls that waited for the key
+  std::uint64_t wait_us = 0;       // microseconds those calls spent waiting, in total
+  std::uint64_t renewals = 0;      // successful renewals, automatic or explicit
+  std::uint64_t losses = 0;        // leases lost (expired, taken over, renewals failing)
+
+  Activity& operator+=(const Activity& other) noexcept;
+  Activity operator-(const Activity& other) const noexcept;
+  bool empty() const noexcept { return *this == Activity{}; }
+  bool operator==(const Activity&) const = default;
 };
 
 // One page of Client::list. Pass next_after back as `after` to get the next page; it is

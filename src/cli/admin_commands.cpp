@@ -152,18 +152,18 @@ struct ListOptions {
 };
 
 void print_table(const std::vector<LockInfo>& locks) {
-  std::vector<std::array<std::string, 5>> rows{{"KEY", "OWNER", "TOKEN", "HOLDS", "TTL LEFT"}};
+  std::vector<std::array<std::string, 6>> rows{{"KEY", "OWNER", "TOKEN", "HOLDS", "HELD FOR", "TTL LEFT"}};
   for (const auto& lock : locks) {
     rows.push_back({lock.key, lock.owner, std::to_string(lock.token), std::to_string(lock.hold_count),
-                    format_duration(lock.ttl_left)});
+                    lock.held_for ? format_duration(*lock.held_for) : "-", format_duration(lock.ttl_left)});
   }
-  std::array<std::size_t, 5> width{};
+  std::array<std::size_t, 6> width{};
   for (const auto& row : rows) {
     for (std::size_t i = 0; i < row.size(); ++i) width[i] = std::max(width[i], row[i].size());
   }
   for (const auto& row : rows) {
-    fmt::print("{:<{}}  {:<{}}  {:>{}}  {:>{}}  {:>{}}\n", row[0], width[0], row[1], width[1], row[2],
-               width[2], row[3], width[3], row[4], width[4]);
+    fmt::print("{:<{}}  {:<{}}  {:>{}}  {:>{}}  {:>{}}  {:>{}}\n", row[0], width[0], row[1], width[1], row[2],
+               width[2], row[3], width[3], row[4], width[4], row[5], width[5]);
   }
 }
 

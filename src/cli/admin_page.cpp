@@ -60,7 +60,7 @@ const char* const kAdminPage = R"page(<!doctype html>
         <button id="next-page" type="button">Next page</button>
       </div>
       <table id="locks">
-        <thead><tr><th>Key</th><th>Owner</th><th>Holds</th><th>Token</th><th>Time left</th></tr></thead>
+        <thead><tr><th>Key</th><th>Owner</th><th>Holds</th><th>Token</th><th>Acquired (UTC)</th><th>Time left</th></tr></thead>
         <tbody></tbody>
       </table>
       <div class="empty" id="no-locks" hidden>No held locks here.</div>
@@ -73,6 +73,7 @@ const char* const kAdminPage = R"page(<!doctype html>
         <dt>Owner</dt><dd id="detail-owner"></dd>
         <dt>Fencing token</dt><dd id="detail-token"></dd>
         <dt>Holds</dt><dd id="detail-holds"></dd>
+        <dt>Acquired (UTC)</dt><dd id="detail-acquired"></dd>
         <dt>Time left</dt><dd id="detail-ttl"></dd>
       </dl>
       <label>Reason, for the audit log<textarea id="reason" rows="2"></textarea></label>
@@ -119,6 +120,13 @@ function formatLeft(ms) {
   const s = Math.floor(ms / 1000);
   if (s < 3600) return Math.floor(s / 60) + "m" + String(s % 60).padStart(2, "0") + "s";
   return Math.floor(s / 3600) + "h" + String(Math.floor((s % 3600) / 60)).padStart(2, "0") + "m";
+}
+
+// The backend gives the time since the acquisition by its own clock; the page turns it into
+// a time of day, which is as exact as this computer's clock. Unknown where the store keeps none.
+function formatAcquired(heldForMs) {
+  if (heldForMs === null || heldForMs === undefined) return "unknown";
+  return new Date(Date.now() - heldForMs).toISOString().slice(0, 19).replace("T", " ");
 }
 
 function cell(row, className, text) {
@@ -169,6 +177,7 @@ async function refreshLocks() {
       cell(row, "owner", lock.owner);
       cell(row, "holds num", String(lock.hold_count));
       cell(row, "token num", String(lock.token));
+      cell(row, "acquired", formatAcquired(lock.held_for_ms));
       cell(row, "ttl", "");
       row.addEventListener("click", () => select(lock));
       rows.appendChild(row);
@@ -215,6 +224,7 @@ function showDetail(lock) {
   $("#detail-owner").textContent = lock.owner;
   $("#detail-token").textContent = String(lock.token);
   $("#detail-holds").textContent = String(lock.hold_count);
+  $("#detail-acquired").textContent = formatAcquired(lock.held_for_ms);
   tick();
 }
 

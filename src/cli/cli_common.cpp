@@ -13,7 +13,8 @@ nlohmann::json lock_json(const LockInfo& info) {
           {"owner", info.owner},
           {"token", info.token},
           {"hold_count", info.hold_count},
-          {"ttl_left_ms", info.ttl_left.count()}};
+          {"ttl_left_ms", info.ttl_left.count()},
+          {"held_for_ms", info.held_for ? nlohmann::json(info.held_for->count()) : nlohmann::json(nullptr)}};
 }
 
 void add_wait_options(CLI::App& command, WaitOptions& options) {

@@ -311,7 +311,7 @@ class AdminApi {
       held += page.locks.size();
       if (page.next_after.empty()) break;
     }
-    return fmt::format(
+    std::string text = fmt::format(
         "# HELP dlock_held_locks Locks held now.\n"
         "# TYPE dlock_held_locks gauge\n"
         "dlock_held_locks {}\n"
@@ -319,6 +319,22 @@ class AdminApi {
         "# TYPE dlock_force_releases_total counter\n"
         "dlock_force_releases_total {}\n",
         held, force_releases_.load());
+    // Totals every client adds to the store, each within a few seconds of counting.
+    if (const std::optional<Activity> activity = client_.store_activity()) {
+      const auto counter = [&](std::string_view name, std::string_view help, auto value) {
+        text += fmt::format("# HELP {0} {1}\n# TYPE {0} counter\n{0} {2}\n", name, help, value);
+      };
+      counter("dlock_acquisitions_total", "New acquisitions by all clients (re-entries not counted).",
+              activity->acquisitions);
+      counter("dlock_conflicts_total", "Acquire calls whose first attempt found the key held.", activity->conflicts);
+      counter("dlock_waits_total", "Acquire calls that waited for a busy key.", activity->waits);
+      counter("dlock_wait_seconds_total", "Time those calls spent waiting.",
+              static_cast<double>(activity->wait_us) / 1e6);
+      counter("dlock_renewals_total", "Successful lease renewals.", activity->renewals);
+      counter("dlock_losses_total", "Leases their holders lost (expired, taken over, renewals failing).",
+              activity->losses);
+    }
+    return text;
   }
 
   Client client_;

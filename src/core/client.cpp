@@ -33,6 +33,10 @@ std::uint64_t thread_serial() {
   return serial;
 }
 
+// How long a client keeps counts before adding them to the store's totals: /metrics lags by
+// at most this, and a busy client writes them once per interval.
+constexpr std::chrono::seconds kActivityFlush{5};
+
 std::string describe(const LockInfo& holder) {
   return "held by " + holder.owner + " (token " + std::to_string(holder.token) + ", " +
          std::to_string(holder.ttl_left.count()) + " ms left)";
@@ -42,6 +46,32 @@ std::string describe(const LockInfo& holder) {
 
 ClientState::ClientState(std::shared_ptr<backend::Backend> backend_, std::string url_)
     : backend(std::move(backend_)), id(random_client_id()), url(std::move(url_)) {}
+
+ClientState::~ClientState() {
+  if (store_failing_.load()) return;
+  try {
+    activity.flush(*backend);
+  } catch (const std::exception& e) {
+    core::log(LogLevel::debug, std::string("could not add this client's activity to the store's totals: ") + e.what());
+  }
+}
+
+void ClientState::flush_activity_soon() {
+  if (flush_scheduled_.exchange(true)) return;
+  std::weak_ptr<ClientState> weak = weak_from_this();
+  renewals.schedule(SteadyClock::now() + kActivityFlush, [weak]() -> std::optional<SteadyClock::time_point> {
+    const auto self = weak.lock();
+    if (!self) return std::nullopt;
+    self->flush_scheduled_.store(false);
+    try {
+      self->activity.flush(*self->backend);
+    } catch (const std::exception& e) {
+      // Kept for the next flush.
+      core::log(LogLevel::debug, std::string("could not add activity to the store's totals: ") + e.what());
+    }
+    return std::nullopt;
+  });
+}
 
 std::string ClientState::default_owner() const {
   // The pid keeps a forked child, which inherits this client's id, from sharing its holds.
@@ -85,14 +115,31 @@ Attempt ClientState::acquire_until(std::string_view key, const LockOptions& opti
   } guard{*backend, key, ticket};
 
   std::optional<LockInfo> holder;
+  std::optional<SteadyClock::time_point> waiting_since;
+  // Counts the call once it returns, however it returns.
+  struct Count {
+    ClientState& client;
+    const std::optional<SteadyClock::time_point>& waiting_since;
+    bool conflict = false;
+    ~Count() {
+      if (conflict) client.activity.conflict();
+      if (waiting_since) client.activity.waited(SteadyClock::now() - *waiting_since);
+      if (conflict || waiting_since) client.flush_activity_soon();
+    }
+  } count{*this, waiting_since};
   for (;;) {
     if (wake) wake->arm();
     const auto sent = SteadyClock::now();
     auto result = backend->acquire({key, spec.owner, spec.ttl, ticket, wake.get()});
     if (auto* acquired = std::get_if<backend::Acquired>(&result)) {
       guard.keep = true;
+      if (acquired->hold_count == 1) {
+        activity.acquired();
+        flush_activity_soon();
+      }
       return Attempt(make_lease(std::string(key), spec, *acquired, std::min(sent, acquired->sent.value_or(sent))));
     }
+    if (!waiting_since && !wake) count.conflict = true;
     const auto now = SteadyClock::now();
     auto wait_deadline = deadline;
     if (auto* held = std::get_if<backend::Held>(&result)) {
@@ -116,6 +163,7 @@ Attempt ClientState::acquire_until(std::string_view key, const LockOptions& opti
       // Arm before the next attempt, so a release between the attempt and the wait is seen.
       if (!wake->attempts_in_wait({key, spec.owner, spec.ttl, ticket})) continue;
     }
+    if (!waiting_since) waiting_since = SteadyClock::now();
     wake->wait_until(wait_deadline);
   }
 }
@@ -201,6 +249,7 @@ std::optional<SteadyClock::time_point> ClientState::renew_due(const std::shared_
     renewed = backend->renew({state->key, state->spec.owner, state->token}, state->spec.ttl);
   } catch (const std::exception& e) {
     op.unlock();
+    store_failing_.store(true);
     if (SteadyClock::now() >= valid_until) {
       mark_lost(*state, LossReason::renewal_failed,
                 "renewals of '" + state->key + "' failed until its lease could no longer be trusted: " + e.what());
@@ -210,6 +259,7 @@ std::optional<SteadyClock::time_point> ClientState::renew_due(const std::shared_
     return retry_at();
   }
   op.unlock();
+  store_failing_.store(false);
   if (!renewed) {
     mark_lost(*state, LossReason::not_owner,
               "the " + std::string(backend->name()) + " backend no longer holds '" + state->key +
@@ -218,6 +268,8 @@ std::optional<SteadyClock::time_point> ClientState::renew_due(const std::shared_
     return std::nullopt;
   }
   state->set_valid_until(std::max(state->valid_until_time(), sent + state->spec.ttl - state->spec.margin));
+  activity.renewed();
+  flush_activity_soon();
   return sent + state->spec.ttl / 3;
 }
 
@@ -230,6 +282,8 @@ void ClientState::mark_lost(LeaseState& state, LossReason reason, std::string me
     callbacks.swap(state.callbacks);  // dropped after running: no user object outlives the loss
   }
   unschedule(state);
+  activity.lost();
+  flush_activity_soon();
   // A holder that registered a callback hears of the loss there; the log is the fallback.
   core::log(callbacks.empty() ? LogLevel::warning : LogLevel::info, "lock lost: " + message);
   state.stop.request_stop();
@@ -335,6 +389,8 @@ void ClientState::renew(LeaseState& state, std::chrono::milliseconds ttl) {
                         state.key, std::string(backend->name()));
   }
   state.set_valid_until(sent + ttl - std::min(state.spec.margin, ttl / 2));
+  activity.renewed();
+  flush_activity_soon();
 }
 
 void MutexState::adopt(Lease lease, const std::string& owner) {
@@ -591,6 +647,10 @@ std::optional<LockInfo> Client::force_release(std::string_view key) const {
 }
 
 std::size_t Client::collect_idle() const { return state_->backend->collect_idle(); }
+
+Activity Client::activity() const { return state_->activity.totals(); }
+
+std::optional<Activity> Client::store_activity() const { return state_->backend->activity(); }
 
 std::chrono::nanoseconds Client::ping() const {
   const auto start = std::chrono::steady_clock::now();

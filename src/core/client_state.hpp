@@ -16,6 +16,7 @@
 #include <unordered_map>
 #include <vector>
 
+#include "core/activity.hpp"
 #include "core/renewal.hpp"
 #include "dlock/client.hpp"
 
@@ -63,6 +64,8 @@ struct LeaseState {
 
 struct ClientState : std::enable_shared_from_this<ClientState> {
   ClientState(std::shared_ptr<backend::Backend> backend_, std::string url_);
+  // Adds the activity not yet added to the store's totals.
+  ~ClientState();
 
   const std::shared_ptr<backend::Backend> backend;
   const std::string id;
@@ -71,6 +74,7 @@ struct ClientState : std::enable_shared_from_this<ClientState> {
   // hung renewal cannot delay the stop token past valid_until.
   core::RenewalScheduler renewals;
   core::RenewalScheduler deadlines;
+  core::ActivityCounters activity;
 
   LockSpec resolve(std::string_view key, const LockOptions& options) const;
   std::string default_owner() const;
@@ -89,10 +93,17 @@ struct ClientState : std::enable_shared_from_this<ClientState> {
   static void add_loss_callback(LeaseState& state, std::function<void(const LossInfo&)> callback);
 
  private:
+  // Called after counting: adds the counts to the store's totals within kActivityFlush.
+  void flush_activity_soon();
+
   Lease make_lease(std::string key, const LockSpec& spec, const backend::Acquired& acquired,
                    SteadyClock::time_point sent);
   std::optional<SteadyClock::time_point> renew_due(const std::shared_ptr<LeaseState>& state);
   std::optional<SteadyClock::time_point> deadline_due(const std::shared_ptr<LeaseState>& state);
+
+  std::atomic<bool> flush_scheduled_{false};
+  // The last renewal attempt failed: a final flush could only wait for a timeout.
+  std::atomic<bool> store_failing_{false};
 
   std::mutex registry_mutex_;
   std::map<std::pair<std::string, std::string>, std::weak_ptr<LeaseState>> registry_;

@@ -331,6 +331,12 @@ test('admin page: list, live TTL, prefix search, force-release with reason and a
   assert.equal(report.owner, 'report-9');
   assert.equal(report.holds, '2');
   assert.equal(report.token, reportToken);
+  // Acquired at: a UTC time of day from the backend's "held for", about when the test took it.
+  for (const row of [deploy, report]) {
+    assert.match(row.acquired, /^\d{4}-\d\d-\d\d \d\d:\d\d:\d\d$/, `.acquired is ${row.acquired}`);
+    const age = Date.now() - Date.parse(row.acquired.replace(' ', 'T') + 'Z');
+    assert.ok(age >= -2000 && age < 120_000, `.acquired ${row.acquired} is not about now`);
+  }
   const ordersRow = await stack.cells('#locks tbody tr[data-key="orders/42"]');
   assert.equal(ordersRow.holds, '1');
   assert.equal(ordersRow.owner, orders.owner);
@@ -399,6 +405,7 @@ test('admin page: list, live TTL, prefix search, force-release with reason and a
     assert.equal((await page.textContent('#detail-owner')).trim(), orders.owner);
     assert.equal((await page.textContent('#detail-token')).trim(), String(orders.token));
     assert.equal((await page.textContent('#detail-holds')).trim(), '1');
+    assert.match((await page.textContent('#detail-acquired')).trim(), /^\d{4}-\d\d-\d\d \d\d:\d\d:\d\d$/);
     parseDuration(await page.textContent('#detail-ttl'));
   });
   const release = page.locator('#force-release');

@@ -287,6 +287,10 @@ void expect_lock(const json& lock, const std::string& key, std::uint64_t token, 
   ASSERT_TRUE(ttl.is_number_integer()) << lock;
   EXPECT_GT(ttl.get<long long>(), 0) << lock;
   EXPECT_LE(ttl.get<long long>(), 600000) << lock;
+  const json held_for = field(lock, "held_for_ms");
+  ASSERT_TRUE(held_for.is_number_integer()) << lock;
+  EXPECT_GE(held_for.get<long long>(), 0) << lock;
+  EXPECT_LE(held_for.get<long long>(), 600000) << lock;
 }
 
 // The keys of a listing, in its order.
@@ -601,17 +605,28 @@ TEST_F(ServeTest, MetricsInPrometheusTextFormat) {
   EXPECT_TRUE(empty.content_type.starts_with("text/plain; version=0.0.4")) << empty.content_type;
   EXPECT_TRUE(has_line(empty.body, "dlock_held_locks 0")) << empty.body;
   EXPECT_TRUE(has_line(empty.body, "dlock_force_releases_total 0")) << empty.body;
-  for (const char* metric : {"dlock_held_locks", "dlock_force_releases_total"}) {
-    EXPECT_TRUE(contains(empty.body, std::string("# HELP ") + metric + " ")) << empty.body;
-  }
+  const std::vector<std::string> counters = {"dlock_force_releases_total", "dlock_acquisitions_total",
+                                             "dlock_conflicts_total",      "dlock_waits_total",
+                                             "dlock_wait_seconds_total",   "dlock_renewals_total",
+                                             "dlock_losses_total"};
+  EXPECT_TRUE(contains(empty.body, "# HELP dlock_held_locks ")) << empty.body;
   EXPECT_TRUE(has_line(empty.body, "# TYPE dlock_held_locks gauge")) << empty.body;
-  EXPECT_TRUE(has_line(empty.body, "# TYPE dlock_force_releases_total counter")) << empty.body;
+  for (const std::string& metric : counters) {
+    EXPECT_TRUE(contains(empty.body, "# HELP " + metric + " ")) << empty.body;
+    EXPECT_TRUE(has_line(empty.body, "# TYPE " + metric + " counter")) << empty.body;
+    EXPECT_TRUE(has_line(empty.body, metric + " 0")) << empty.body;
+  }
 
+  // What the CLI's clients did reaches the store's totals when they exit.
   hold("a");
   hold("b", "holder-2");
+  EXPECT_EQ(dlock({"acquire", "--owner", "holder-3", "--no-wait", "b"}).exit_code, 1);
   const Reply two = get("/metrics");
   EXPECT_TRUE(has_line(two.body, "dlock_held_locks 2")) << two.body;
   EXPECT_TRUE(has_line(two.body, "dlock_force_releases_total 0")) << two.body;
+  EXPECT_TRUE(has_line(two.body, "dlock_acquisitions_total 2")) << two.body;
+  EXPECT_TRUE(has_line(two.body, "dlock_conflicts_total 1")) << two.body;
+  EXPECT_TRUE(has_line(two.body, "dlock_waits_total 0")) << two.body;
 
   ASSERT_EQ(force_release({{"key", "a"}, {"reason", "metrics"}}).status, 200);
   const Reply one = get("/metrics");

@@ -843,6 +843,108 @@ TEST_P(Conformance, ListAndInspect) {
   EXPECT_THROW(client.list(prefix, "", 0), InvalidArgument);
 }
 
+// held_for runs from the acquisition by the backend's clock: re-entries and renewals keep it,
+// a new acquisition restarts it. Inspect, list and the conflict report all give it.
+TEST_P(Conformance, HeldForCountsFromTheAcquisition) {
+  Client client = open();
+  Client other = open();
+  const std::string k = key();
+  Lease lease = client.acquire(k, {.ttl = 10s});
+  std::this_thread::sleep_for(300ms);
+  Lease reentry = client.acquire(k, {.ttl = 10s});
+  lease.renew();
+  const auto info = other.inspect(k);
+  ASSERT_TRUE(info);
+  if (!GetParam().records_acquisition_time) {
+    EXPECT_FALSE(info->held_for) << "this store records no acquisition time, yet held_for is set";
+    return;
+  }
+  ASSERT_TRUE(info->held_for) << "inspect gives no held_for";
+  EXPECT_GE(info->held_for->count(), 299) << "held_for did not count from the acquisition";
+  EXPECT_LT(info->held_for->count(), 10'000);
+  const auto page = other.list(k);
+  ASSERT_EQ(page.locks.size(), 1u);
+  ASSERT_TRUE(page.locks[0].held_for) << "list gives no held_for";
+  EXPECT_GE(page.locks[0].held_for->count(), info->held_for->count());
+  const auto conflict = other.try_acquire(k);
+  ASSERT_FALSE(conflict);
+  ASSERT_TRUE(conflict.holder());
+  ASSERT_TRUE(conflict.holder()->held_for) << "the conflict report gives no held_for";
+  EXPECT_GE(conflict.holder()->held_for->count(), 299);
+
+  reentry.release();
+  lease.release();
+  const auto start = Clock::now();
+  Lease again = other.acquire(k, {.ttl = 10s});
+  const auto fresh = other.inspect(k);
+  const auto elapsed = ms(Clock::now() - start);
+  ASSERT_TRUE(fresh);
+  ASSERT_TRUE(fresh->held_for);
+  EXPECT_LE(fresh->held_for->count(), elapsed + 1) << "a new acquisition did not restart held_for";
+}
+
+// Each client counts what it does and adds it to the store's totals: within a few seconds
+// while it stays open, and at once when it closes.
+TEST_P(Conformance, ActivityIsCountedAndAddedToTheStore) {
+  Client observer = open();  // keeps an in-process store alive across the clients below
+  const std::optional<Activity> before = observer.store_activity();
+  EXPECT_EQ(before.has_value(), GetParam().keeps_activity);
+  const std::string k = key();
+  Activity expected;
+  {
+    Client a = open();
+    Client b = open();
+    Lease lease = a.acquire(k, {.ttl = 10s});
+    Lease reentry = a.acquire(k, {.ttl = 10s});  // not a new acquisition
+    EXPECT_FALSE(b.try_acquire(k));
+    const auto waited_from = Clock::now();
+    EXPECT_FALSE(b.try_acquire_for(k, 100ms));
+    const auto waited_ms = ms(Clock::now() - waited_from);
+    lease.renew();
+    ASSERT_TRUE(a.force_release(k));
+    EXPECT_THROW(reentry.renew(), LockLostError);
+
+    const Activity mine = a.activity();
+    EXPECT_EQ(mine.acquisitions, 1u);
+    EXPECT_EQ(mine.conflicts, 0u);
+    EXPECT_EQ(mine.waits, 0u);
+    EXPECT_EQ(mine.renewals, 1u);
+    EXPECT_EQ(mine.losses, 1u);
+    const Activity theirs = b.activity();
+    EXPECT_EQ(theirs.acquisitions, 0u);
+    EXPECT_EQ(theirs.conflicts, 2u);
+    EXPECT_EQ(theirs.waits, 1u);
+    EXPECT_GE(theirs.wait_us, 50'000u);
+    EXPECT_LE(theirs.wait_us, static_cast<std::uint64_t>(waited_ms) * 1000 + 1000);
+    expected = mine;
+    expected += theirs;
+    if (!before) return;
+
+    // Added while both stay open.
+    EXPECT_TRUE(eventually(
+        [&] {
+          const Activity now = *observer.store_activity() - *before;
+          return now.acquisitions >= expected.acquisitions && now.conflicts >= expected.conflicts &&
+                 now.waits >= expected.waits && now.wait_us >= expected.wait_us &&
+                 now.renewals >= expected.renewals && now.losses >= expected.losses;
+        },
+        10s))
+        << "the counts did not reach the store while the clients stayed open";
+
+    Lease last = a.acquire(key("last"));
+    last.release();
+    ++expected.acquisitions;
+  }
+  // Added when the clients closed, with no wait.
+  const Activity added = *observer.store_activity() - *before;
+  EXPECT_GE(added.acquisitions, expected.acquisitions) << "closing did not add what it had counted";
+  EXPECT_GE(added.conflicts, expected.conflicts);
+  EXPECT_GE(added.waits, expected.waits);
+  EXPECT_GE(added.wait_us, expected.wait_us);
+  EXPECT_GE(added.renewals, expected.renewals);
+  EXPECT_GE(added.losses, expected.losses);
+}
+
 // ---- The standard lock vocabulary ----
 
 TEST_P(Conformance, StdUniqueLockAndScopedLock) {

@@ -33,6 +33,10 @@ struct BackendParam {
   // True when a lock ends with its holder's connection rather than at its lease's end
   // (mysql:// session mode): a killed holder frees the key at once.
   bool frees_when_holder_dies = false;
+  // False where LockInfo::held_for is never known (mysql:// row mode).
+  bool records_acquisition_time = true;
+  // False where the store keeps no activity totals (Backend::activity gives nothing).
+  bool keeps_activity = true;
   // Called with the test's URL for every key a test uses: row mode locks rows that must
   // exist. Empty for every other backend.
   std::function<void(const std::string& url, const std::string& key)> prepare_key;

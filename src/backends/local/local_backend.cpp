@@ -17,6 +17,7 @@ struct Entry {
   std::uint64_t token = 0;
   std::uint32_t holds = 0;
   Clock::time_point expires;
+  Clock::time_point acquired;
 };
 
 // Waiters on one key. One release bumps the generation and wakes one waiter.
@@ -30,12 +31,13 @@ struct Store {
   std::map<std::string, Entry, std::less<>> entries;
   std::map<std::string, std::weak_ptr<WakeSlot>, std::less<>> slots;
   std::uint64_t last_token = 0;
+  Activity activity;
 
   bool live(const Entry& e, Clock::time_point now) const { return e.holds > 0 && e.expires > now; }
 
   LockInfo info(const std::string& key, const Entry& e, Clock::time_point now) const {
-    return LockInfo{key, e.owner, e.token, e.holds,
-                    std::chrono::ceil<std::chrono::milliseconds>(e.expires - now)};
+    return LockInfo{key, e.owner, e.token, e.holds, std::chrono::ceil<std::chrono::milliseconds>(e.expires - now),
+                    std::chrono::floor<std::chrono::milliseconds>(now - e.acquired)};
   }
 
   // Caller holds `mutex`.
@@ -92,7 +94,7 @@ class LocalBackend final : public backend::Backend {
     auto [it, inserted] = store_->entries.try_emplace(std::string(r.key));
     Entry& e = it->second;
     if (inserted || !store_->live(e, now)) {
-      e = Entry{std::string(r.owner), ++store_->last_token, 1, now + r.ttl};
+      e = Entry{std::string(r.owner), ++store_->last_token, 1, now + r.ttl, now};
       return backend::Acquired{e.token, 1};
     }
     if (e.owner == r.owner) {
@@ -176,6 +178,16 @@ class LocalBackend final : public backend::Backend {
   }
 
   void ping() override { std::lock_guard lock(store_->mutex); }
+
+  void add_activity(const Activity& delta) override {
+    std::lock_guard lock(store_->mutex);
+    store_->activity += delta;
+  }
+
+  std::optional<Activity> activity() override {
+    std::lock_guard lock(store_->mutex);
+    return store_->activity;
+  }
 
   // Tokens come from one sequence per store, so dropping entries cannot repeat a token.
   std::size_t collect_idle() override {

@@ -77,6 +77,35 @@ std::unique_ptr<backend::WakeChannel> ModeBackend::wake_channel(std::string_view
   return std::make_unique<DoorbellChannel>(*this, std::string(key));
 }
 
+void ModeBackend::add_activity(const Activity& delta) {
+  if (settings_.mode == "row") return;
+  const std::string t = "`" + settings_.table + "_activity`";
+  auto connection = take();
+  with_retries({}, [&] {
+    return connection->execute(
+        "INSERT INTO " + t + " VALUES (0, ?, ?, ?, ?, ?, ?) ON DUPLICATE KEY UPDATE"
+        " acquisitions = acquisitions + VALUES(acquisitions), conflicts = conflicts + VALUES(conflicts),"
+        " waits = waits + VALUES(waits), wait_us = wait_us + VALUES(wait_us),"
+        " renewals = renewals + VALUES(renewals), losses = losses + VALUES(losses)",
+        {static_cast<std::int64_t>(delta.acquisitions), static_cast<std::int64_t>(delta.conflicts),
+         static_cast<std::int64_t>(delta.waits), static_cast<std::int64_t>(delta.wait_us),
+         static_cast<std::int64_t>(delta.renewals), static_cast<std::int64_t>(delta.losses)});
+  });
+}
+
+std::optional<Activity> ModeBackend::activity() {
+  if (settings_.mode == "row") return std::nullopt;
+  auto connection = take();
+  const auto rows = with_retries({}, [&] {
+    return connection->query("SELECT acquisitions, conflicts, waits, wait_us, renewals, losses FROM `" +
+                                 settings_.table + "_activity` WHERE id = 0",
+                             {});
+  });
+  if (rows.empty()) return Activity{};
+  const Row& row = rows[0];
+  return Activity{to_u64(row[0]), to_u64(row[1]), to_u64(row[2]), to_u64(row[3]), to_u64(row[4]), to_u64(row[5])};
+}
+
 void ModeBackend::ping() {
   auto connection = take();
   with_retries({}, [&] { return connection->query("SELECT 1", {}); });
@@ -195,19 +224,25 @@ std::optional<LockInfo> ModeBackend::evict(std::string_view key, const std::stri
 }
 
 LockInfo ModeBackend::info(std::string key, const Row& row, std::size_t first) {
-  return LockInfo{std::move(key), row[first].value_or(""), to_u64(row[first + 1]),
-                  static_cast<std::uint32_t>(to_u64(row[first + 2])), ceil_ms(row[first + 3])};
+  LockInfo lock{std::move(key), row[first].value_or(""), to_u64(row[first + 1]),
+                static_cast<std::uint32_t>(to_u64(row[first + 2])), ceil_ms(row[first + 3])};
+  if (const auto& held_us = row[first + 4]) {
+    lock.held_for = std::chrono::milliseconds(std::max<std::int64_t>(std::stoll(*held_us), 0) / 1000);
+  }
+  return lock;
 }
 
 void ModeBackend::ensure_lock_table(Connection& connection) {
   const std::string& table = settings_.table;
+  std::string e_missing;  // the server's words for the table it did not find
   try {
     // The token floor is the last thing the DDL makes: a concurrent first user may have
     // created only the tables so far. The empty join names the columns later versions
     // added, in the same round trip.
     if (!connection
              .query("SELECT s.v FROM `" + table + "_seq` AS s LEFT JOIN (SELECT session_id, heir_owner, heir_ttl_us,"
-                    " heir_session FROM `" + table + "` LIMIT 0) AS added ON TRUE WHERE s.id = 0",
+                    " heir_session FROM `" + table + "` LIMIT 0) AS added ON TRUE LEFT JOIN (SELECT id FROM `" + table +
+                    "_activity` LIMIT 0) AS activity ON TRUE WHERE s.id = 0",
                     {})
              .empty()) {
       return;
@@ -224,11 +259,12 @@ void ModeBackend::ensure_lock_table(Connection& connection) {
           kName);
     }
     if (e.code != ER_NO_SUCH_TABLE) raise(e, settings_);
+    e_missing = e.message;
   }
   const std::string fix = "create it with the DDL of `dlock schema mysql --table " + table + "`";
   if (!settings_.create_table) {
-    throw ConfigurationError("table '" + table + "' does not exist in database '" + settings_.connect.database +
-                                 "' and create_table=false: " + fix,
+    throw ConfigurationError("the lock tables of '" + table + "' are missing in database '" +
+                                 settings_.connect.database + "' (" + e_missing + ") and create_table=false: " + fix,
                              kName);
   }
   const std::string ddl = lock_table_schema(table);
@@ -344,8 +380,8 @@ void DoorbellChannel::drop() noexcept {
 }
 
 std::string lock_table_schema(const std::string& table) {
-  if (!valid_identifier(table, kMaxIdentifier - 4)) {
-    throw ConfigurationError("mysql:// table '" + table + "' must be 1 to " + std::to_string(kMaxIdentifier - 4) +
+  if (!valid_identifier(table, kMaxIdentifier - 9)) {
+    throw ConfigurationError("mysql:// table '" + table + "' must be 1 to " + std::to_string(kMaxIdentifier - 9) +
                                  " letters, digits or underscores",
                              kName);
   }
@@ -373,7 +409,18 @@ std::string lock_table_schema(const std::string& table) {
          "  v  BIGINT UNSIGNED  NOT NULL                 -- token floor for keys whose row was removed\n"
          ") ENGINE=InnoDB;\n"
          "INSERT IGNORE INTO `" +
-         table + "_seq` VALUES (0, 0);\n";
+         table + "_seq` VALUES (0, 0);\n"
+         "CREATE TABLE IF NOT EXISTS `" +
+         table +
+         "_activity` (                             -- what clients did, for dlock serve's /metrics\n"
+         "  id TINYINT UNSIGNED NOT NULL PRIMARY KEY,   -- one row of totals\n"
+         "  acquisitions BIGINT UNSIGNED NOT NULL,\n"
+         "  conflicts    BIGINT UNSIGNED NOT NULL,\n"
+         "  waits        BIGINT UNSIGNED NOT NULL,\n"
+         "  wait_us      BIGINT UNSIGNED NOT NULL,\n"
+         "  renewals     BIGINT UNSIGNED NOT NULL,\n"
+         "  losses       BIGINT UNSIGNED NOT NULL\n"
+         ") ENGINE=InnoDB;\n";
 }
 
 }  // namespace dlock::backends::mysql

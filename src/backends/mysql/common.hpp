@@ -67,6 +67,10 @@ class ModeBackend : public backend::Backend {
   std::string_view name() const noexcept override { return kName; }
   std::unique_ptr<backend::WakeChannel> wake_channel(std::string_view key, std::string_view ticket) override;
   void ping() override;
+  // Lease and session modes keep the totals in the lock table's `<table>_activity`; row mode
+  // creates nothing, so it keeps none.
+  void add_activity(const Activity& delta) override;
+  std::optional<Activity> activity() override;
 
   const Settings& settings() const { return settings_; }
   // The GET_LOCK name of a key's doorbell: a hash, as names are limited to 64 characters.
@@ -134,7 +138,8 @@ class ModeBackend : public backend::Backend {
       throw;
     }
   }
-  // A LockInfo from (owner, token, holds, microseconds left) starting at column `first`.
+  // A LockInfo from (owner, token, holds, microseconds left, microseconds since taken or NULL)
+  // starting at column `first`.
   static LockInfo info(std::string key, const Row& row, std::size_t first);
 
   // Lease and session modes: makes sure the lock table exists, creating it when allowed.

@@ -27,6 +27,9 @@ struct LeaseSql {
   explicit LeaseSql(const std::string& table) {
     const std::string t = "`" + table + "`";
     const std::string seq = "`" + table + "_seq`";
+    const std::string live = "owner <> '' AND expires_at > UTC_TIMESTAMP(6)";
+    const std::string info = "owner, token, hold_count, TIMESTAMPDIFF(MICROSECOND, UTC_TIMESTAMP(6), expires_at),"
+                             " TIMESTAMPDIFF(MICROSECOND, acquired_at, UTC_TIMESTAMP(6))";
     // Parameters: key, owner, ttl, bell, bell, owner, owner.
     acquire = acquire_sql(t, seq);
     // The heir writes itself in. Never as heir of its own owner, which would hand the key
@@ -52,8 +55,7 @@ struct LeaseSql {
     drop_slot = "SELECT RELEASE_LOCK(?)";
     // After an acquire that changed nothing: the holder, and any doorbell taken for nothing.
     // Parameters: bell, bell, key.
-    conflict = "SELECT owner, token, hold_count, TIMESTAMPDIFF(MICROSECOND, UTC_TIMESTAMP(6), expires_at),"
-               " IF(IS_USED_LOCK(?) <=> CONNECTION_ID(), RELEASE_LOCK(?), 0) FROM " + t + " WHERE name = ?";
+    conflict = "SELECT " + info + ", IF(IS_USED_LOCK(?) <=> CONNECTION_ID(), RELEASE_LOCK(?), 0) FROM " + t + " WHERE name = ?";
     // Parameters: key, owner.
     reentered = "SELECT token, hold_count FROM " + t + " WHERE name = ? AND owner = ?";
     // Parameters: ttl, key, owner, token.
@@ -80,8 +82,6 @@ struct LeaseSql {
               " hold_count = IF(" + handed_over + ", 1 + 0 * LAST_INSERT_ID(0), LAST_INSERT_ID(hold_count - 1))"
               " WHERE name = ? AND owner = ? AND token = ? AND expires_at > UTC_TIMESTAMP(6)";
     drop_bell = "SELECT IF(IS_USED_LOCK(?) <=> CONNECTION_ID(), RELEASE_LOCK(?), 0)";
-    const std::string live = "owner <> '' AND expires_at > UTC_TIMESTAMP(6)";
-    const std::string info = "owner, token, hold_count, TIMESTAMPDIFF(MICROSECOND, UTC_TIMESTAMP(6), expires_at)";
     inspect = "SELECT " + info + " FROM " + t + " WHERE name = ? AND " + live;
     list_bounded = "SELECT name, " + info + " FROM " + t + " WHERE name >= ? AND name < ? AND name <> ? AND " + live +
                    " ORDER BY name LIMIT ?";
@@ -241,12 +241,12 @@ class LeaseBackend final : public ModeBackend {
     if (channel) channel->bell_settled();
     if (rows.empty()) throw BackendError("acquire of '" + std::string(request.key) + "' found no row", kName);
     const Row& row = rows[0];
-    LockInfo holder{std::string(request.key), row[0].value_or(""), to_u64(row[1]),
-                    static_cast<std::uint32_t>(to_u64(row[2])), ceil_ms(row[3])};
+    LockInfo holder = info(std::string(request.key), row, 0);
     if (holder.owner.empty()) {
       // Free, but a woken waiter holds the doorbell and is taking it over right now.
       holder.owner = "(being handed to a waiting client)";
       holder.ttl_left = kHandoffRecheck;
+      holder.held_for.reset();
     }
     return backend::Held{std::move(holder)};
   }

@@ -54,8 +54,9 @@ struct RowSql {
               " = IF(" + mine + ", " + h + " + 1, 1), " + o + " = ?, " + e + " = " + now +
               " + INTERVAL ? MICROSECOND WHERE " + id + " = ? AND (" + free + " OR " + mine + ")";
     // Parameters: bell, bell, key.
+    // The user's table records no acquisition time: NULL where the others give it.
     conflict = "SELECT " + o + ", " + v + ", " + h + ", " + left +
-               ", IF(IS_USED_LOCK(?) <=> CONNECTION_ID(), RELEASE_LOCK(?), 0) FROM " + t + " WHERE " + id + " = ?";
+               ", NULL, IF(IS_USED_LOCK(?) <=> CONNECTION_ID(), RELEASE_LOCK(?), 0) FROM " + t + " WHERE " + id + " = ?";
     reentered = "SELECT " + v + ", " + h + " FROM " + t + " WHERE " + id + " = ? AND " + o + " = ?";
     const std::string ours = " WHERE " + id + " = ? AND " + o + " = ? AND " + v + " = ? AND " + h + " > 0 AND " + e +
                              " > " + now;
@@ -66,7 +67,7 @@ struct RowSql {
     release = "UPDATE " + t + " SET " + o + " = IF(" + h + " <= 1, '', " + o + "), " + e + " = IF(" + h + " <= 1, " +
               now + ", " + e + "), " + h + " = LAST_INSERT_ID(" + h + " - 1) + 0 * IF(" + h +
               " <= 1 AND IS_USED_LOCK(?) <=> CONNECTION_ID(), RELEASE_LOCK(?), 0)" + ours;
-    const std::string info = o + ", " + v + ", " + h + ", " + left;
+    const std::string info = o + ", " + v + ", " + h + ", " + left + ", NULL";
     inspect = "SELECT " + info + " FROM " + t + " WHERE " + id + " = ? AND " + live;
     // Byte order of the id's text, whatever the column's type and collation.
     const std::string bytes = "CAST(" + id + " AS BINARY)";

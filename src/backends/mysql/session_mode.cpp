@@ -49,7 +49,7 @@ struct SessionSql {
     const std::string live = " AND hold_count > 0 AND session_id = IS_USED_LOCK(?)";
     const std::string left = "IF(expires_at > " + now + ", TIMESTAMPDIFF(MICROSECOND, " + now + ", expires_at), " +
                              std::to_string(kOverdueRecheckUs) + ")";
-    const std::string info = "owner, token, hold_count, " + left;
+    const std::string info = "owner, token, hold_count, " + left + ", TIMESTAMPDIFF(MICROSECOND, acquired_at, " + now + ")";
     // Parameters: bell, key. The last column says whether the row's session holds the lock.
     conflict = "SELECT " + info + ", session_id = IS_USED_LOCK(?) FROM " + t + " WHERE name = ?";
     // Another connection of the same owner holds it (an explicit owner shared by clients).
@@ -133,7 +133,7 @@ class SessionBackend final : public ModeBackend {
     }
     // Another connection holds the lock.
     const auto rows = with_retries(request.key, [&] { return connection->query(sql_.conflict, {bell, request.key}); });
-    const bool live = !rows.empty() && rows[0][4] == std::optional<std::string>("1");
+    const bool live = !rows.empty() && rows[0][5] == std::optional<std::string>("1");
     if (!live) {
       // Its holder has the lock but has not written the row yet (a woken waiter taking over).
       return backend::Held{LockInfo{std::string(request.key), "(being handed to a waiting client)", 0, 1, kHandoffRecheck}};
@@ -188,7 +188,7 @@ class SessionBackend final : public ModeBackend {
     // Keep the rows whose session still holds the key's lock.
     return list_page(prefix, after, limit, sql_.list_bounded, sql_.list_open, [&](Connection& c, const Row& row) {
       const auto holder = c.query(sql_.session_of, {bell_name(row[0].value_or(""))});
-      return !holder.empty() && holder[0][0] == row[5];
+      return !holder.empty() && holder[0][0] == row[6];
     });
   }
 

@@ -6,6 +6,7 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <atomic>
 #include <array>
 #include <cerrno>
 #include <cstdint>
@@ -60,7 +61,9 @@ UPDATE dlock_meta SET v = 2 WHERE k = 'schema_version' AND v = 1;
 // Every statement reads the clock once through the MATERIALIZED CTE t(now), so its checks
 // and the values it stores agree on one instant (dlock_now_us() is not deterministic, and a
 // plain call would be evaluated once per use).
-enum Sql : std::size_t { kAcquire, kRenew, kRelease, kInspect, kList, kForceRelease, kCollectIdle, kPing, kSqlCount };
+enum Sql : std::size_t {
+  kAcquire, kRenew, kRelease, kInspect, kList, kForceRelease, kCollectIdle, kPing, kAddActivity, kActivity, kSqlCount
+};
 
 constexpr std::array<const char*, kSqlCount> kSql = {
     // acquire: one UPSERT. A new row takes the token after the floor; a free row (owner '' or
@@ -79,7 +82,7 @@ ON CONFLICT(name) DO UPDATE SET
                     THEN excluded.expires_at ELSE expires_at END,
   acquired_at = CASE WHEN owner = '' OR expires_at <= excluded.acquired_at THEN excluded.acquired_at
                      ELSE acquired_at END
-RETURNING owner, token, hold_count, expires_at - (SELECT now FROM t))sql",
+RETURNING owner, token, hold_count, expires_at - (SELECT now FROM t), (SELECT now FROM t) - acquired_at)sql",
     // renew: never resurrects an expired lease.
     R"sql(WITH t(now) AS MATERIALIZED (SELECT dlock_now_us())
 UPDATE dlock_locks SET expires_at = (SELECT now FROM t) + ?4
@@ -93,24 +96,37 @@ UPDATE dlock_locks SET hold_count = hold_count - 1,
 WHERE name = ?1 AND owner = ?2 AND token = ?3 AND owner <> '' AND expires_at > (SELECT now FROM t)
 RETURNING hold_count)sql",
     R"sql(WITH t(now) AS MATERIALIZED (SELECT dlock_now_us())
-SELECT owner, token, hold_count, expires_at - t.now FROM dlock_locks, t
+SELECT owner, token, hold_count, expires_at - t.now, t.now - acquired_at FROM dlock_locks, t
 WHERE name = ?1 AND owner <> '' AND expires_at > t.now)sql",
     // list: ?1 is the lower bound (prefix or after), ?2 the `after` key itself (exclusive),
     // ?3 the first string past the prefix (a BLOB, which sorts after all text, when none).
     R"sql(WITH t(now) AS MATERIALIZED (SELECT dlock_now_us())
-SELECT name, owner, token, hold_count, expires_at - t.now FROM dlock_locks, t
+SELECT name, owner, token, hold_count, expires_at - t.now, t.now - acquired_at FROM dlock_locks, t
 WHERE name >= ?1 AND name < ?3 AND name <> ?2 AND owner <> '' AND expires_at > t.now
 ORDER BY name LIMIT ?4)sql",
     // force_release deletes the row: DELETE ... RETURNING reports the evicted holder in one
     // statement, and the trigger keeps its token as the floor for the key's next row.
     R"sql(WITH t(now) AS MATERIALIZED (SELECT dlock_now_us())
 DELETE FROM dlock_locks WHERE name = ?1 AND owner <> '' AND expires_at > (SELECT now FROM t)
-RETURNING owner, token, hold_count, expires_at - (SELECT now FROM t))sql",
+RETURNING owner, token, hold_count, expires_at - (SELECT now FROM t), (SELECT now FROM t) - acquired_at)sql",
     R"sql(WITH t(now) AS MATERIALIZED (SELECT dlock_now_us())
 DELETE FROM dlock_locks WHERE owner = '' OR expires_at <= (SELECT now FROM t))sql",
     // ping: a read transaction and one B-tree lookup, the cheapest access to the file.
     "SELECT v FROM dlock_seq WHERE id = 0",
+    // add_activity: one row of totals, added to; written every few seconds per busy client.
+    R"sql(INSERT INTO dlock_activity VALUES (0, ?1, ?2, ?3, ?4, ?5, ?6) ON CONFLICT(id) DO UPDATE SET
+  acquisitions = acquisitions + excluded.acquisitions, conflicts = conflicts + excluded.conflicts,
+  waits = waits + excluded.waits, wait_us = wait_us + excluded.wait_us,
+  renewals = renewals + excluded.renewals, losses = losses + excluded.losses)sql",
+    "SELECT acquisitions, conflicts, waits, wait_us, renewals, losses FROM dlock_activity WHERE id = 0",
 };
+
+// The activity totals' table. Created on first use rather than in kSchema, so that files of
+// schema version 2 need no migration and builds that know version 2 can still open them.
+constexpr const char* kActivitySchema = R"sql(
+CREATE TABLE IF NOT EXISTS dlock_activity(id INTEGER PRIMARY KEY CHECK (id = 0),
+  acquisitions INTEGER NOT NULL, conflicts INTEGER NOT NULL, waits INTEGER NOT NULL,
+  wait_us INTEGER NOT NULL, renewals INTEGER NOT NULL, losses INTEGER NOT NULL))sql";
 
 // The host-wide clock every process on this host shares; it does not jump with NTP and keeps
 // counting through suspend. It restarts at boot, hence the boot id in dlock_meta.
@@ -400,13 +416,10 @@ class SqliteBackend final : public backend::Backend {
     query.bind(1, request.key).bind(2, request.owner).bind(3, ttl_us(request.ttl));
     backend::AcquireResult result;
     const bool found = query.one_row([&] {
-      std::string owner = query.text(0);
-      const auto token = static_cast<std::uint64_t>(query.int64(1));
-      const auto holds = static_cast<std::uint32_t>(query.int64(2));
-      if (owner == request.owner) {
-        result = backend::Acquired{token, holds};
+      if (query.text(0) == request.owner) {
+        result = backend::Acquired{static_cast<std::uint64_t>(query.int64(1)), static_cast<std::uint32_t>(query.int64(2))};
       } else {
-        result = backend::Held{LockInfo{std::string(request.key), std::move(owner), token, holds, ceil_ms(query.int64(3))}};
+        result = backend::Held{row_info(query, std::string(request.key), 0)};
       }
     });
     if (!found) throw BackendError("acquire returned no row from " + path_, kName, std::string(request.key));
@@ -499,6 +512,31 @@ class SqliteBackend final : public backend::Backend {
     return static_cast<std::size_t>(sqlite3_changes64(connection->db()));
   }
 
+  void add_activity(const Activity& delta) override {
+    Borrowed connection(*this);
+    ensure_activity_table(*connection);
+    Query query(*connection, kAddActivity);
+    int index = 1;
+    for (const std::uint64_t value : {delta.acquisitions, delta.conflicts, delta.waits, delta.wait_us, delta.renewals,
+                                      delta.losses}) {
+      query.bind(index++, static_cast<std::int64_t>(value));
+    }
+    while (query.step()) {
+    }
+  }
+
+  std::optional<Activity> activity() override {
+    Borrowed connection(*this);
+    ensure_activity_table(*connection);
+    Query query(*connection, kActivity);
+    Activity totals;
+    query.one_row([&] {
+      const auto at = [&](int column) { return static_cast<std::uint64_t>(query.int64(column)); };
+      totals = Activity{at(0), at(1), at(2), at(3), at(4), at(5)};
+    });
+    return totals;
+  }
+
  private:
   // A pooled connection for one call: taken from the idle stack (or opened), then returned,
   // so the renewal thread never queues behind a user thread's statement.
@@ -531,10 +569,17 @@ class SqliteBackend final : public backend::Backend {
     std::unique_ptr<Connection> connection_;
   };
 
-  // owner, token, hold_count and the µs left, from column `first` on.
+  void ensure_activity_table(Connection& connection) {
+    if (activity_table_ready_.load()) return;
+    connection.exec(kActivitySchema);
+    activity_table_ready_.store(true);
+  }
+
+  // owner, token, hold_count, the µs left and the µs since it was taken, from column `first` on.
   static LockInfo row_info(const Query& query, std::string key, int first) {
     return LockInfo{std::move(key), query.text(first), static_cast<std::uint64_t>(query.int64(first + 1)),
-                    static_cast<std::uint32_t>(query.int64(first + 2)), ceil_ms(query.int64(first + 3))};
+                    static_cast<std::uint32_t>(query.int64(first + 2)), ceil_ms(query.int64(first + 3)),
+                    std::chrono::milliseconds(std::max<std::int64_t>(query.int64(first + 4), 0) / 1000)};
   }
 
   struct Stamp {
@@ -625,6 +670,7 @@ class SqliteBackend final : public backend::Backend {
   std::shared_ptr<sqlite::WakeBoard> board_;
   std::mutex pool_mutex_;
   std::vector<std::unique_ptr<Connection>> idle_;
+  std::atomic<bool> activity_table_ready_{false};
 };
 
 }  // namespace
