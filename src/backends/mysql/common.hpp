@@ -170,6 +170,8 @@ class Takeover {
   // Waits on `connection` for at most `wait` for the key to become `owner`'s, or the bell.
   virtual Outcome wait(Connection& connection, std::string_view owner, std::chrono::milliseconds ttl,
                        std::chrono::microseconds wait) = 0;
+  // Between waits of a waiting call that may come back holding the key.
+  virtual bool waiting() const noexcept = 0;
   // The server ended the session: whatever it held is gone.
   virtual void session_lost() noexcept = 0;
   // The waiting call ends, `acquired` or not: frees what the waits hold, and a key handed to

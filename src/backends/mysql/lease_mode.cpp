@@ -30,7 +30,8 @@ struct LeaseSql {
     const std::string live = "owner <> '' AND expires_at > UTC_TIMESTAMP(6)";
     const std::string info = "owner, token, hold_count, TIMESTAMPDIFF(MICROSECOND, UTC_TIMESTAMP(6), expires_at),"
                              " TIMESTAMPDIFF(MICROSECOND, acquired_at, UTC_TIMESTAMP(6))";
-    // Parameters: key, owner, ttl, bell, bell, owner, owner.
+    // Parameters: key, owner, ttl, bell, bell, heir, heir (1 when a heir whose key may have
+    // been handed over makes the attempt).
     acquire = acquire_sql(t, seq);
     // The heir writes itself in. Never as heir of its own owner, which would hand the key
     // back to its releaser. Parameters: owner, ttl, key, owner, slot.
@@ -103,12 +104,16 @@ struct LeaseSql {
   // woken waiter holds it while it takes over, and a newcomer must not barge in. After a second
   // it is open to all, so a bell kept by mistake cannot block the key. A row released without
   // a ring, or expired, is open to anyone. A heir that takes the key so is a heir no more.
+  // A heir (the flag) whose key was handed over after its last look claims it here: one hold,
+  // the handover's token, the lease from now; counting that as a re-entry would leave a hold
+  // nobody releases.
   static std::string acquire_sql(const std::string& t, const std::string& seq) {
     const std::string released =
         "(owner = '' AND (doorbell <> 2 OR VALUES(doorbell) = 1 OR expires_at <= UTC_TIMESTAMP(6) - INTERVAL 1 SECOND))";
     const std::string expired = "(owner <> '' AND expires_at <= UTC_TIMESTAMP(6))";
     const std::string take = "(" + released + " OR " + expired + ")";
-    const std::string mine = "(owner = ? AND expires_at > UTC_TIMESTAMP(6))";
+    const std::string mine = "(owner = VALUES(owner) AND expires_at > UTC_TIMESTAMP(6))";
+    const std::string claimed = "(? AND " + mine + " AND heir_owner = '' AND heir_session = CONNECTION_ID())";
     const std::string heir_takes = "(" + take + " AND heir_session = CONNECTION_ID())";
     return "INSERT INTO " + t + " (name, owner, token, hold_count, acquired_at, expires_at, doorbell)"
            " SELECT ?, ?, LAST_INSERT_ID(v + 1), 1, UTC_TIMESTAMP(6), UTC_TIMESTAMP(6) + INTERVAL ? MICROSECOND,"
@@ -116,10 +121,10 @@ struct LeaseSql {
            " FROM " + seq + " WHERE id = 0 LOCK IN SHARE MODE"
            " ON DUPLICATE KEY UPDATE"
            " token = IF(" + take + ", LAST_INSERT_ID(token + 1), IF(" + mine + ", token + 0 * LAST_INSERT_ID(0), token)),"
-           " hold_count = IF(" + take + ", 1, IF(" + mine + ", hold_count + 1, hold_count)),"
+           " hold_count = IF(" + take + ", 1, IF(" + claimed + ", hold_count, IF(" + mine + ", hold_count + 1, hold_count))),"
            " acquired_at = IF(" + take + ", UTC_TIMESTAMP(6), acquired_at),"
            " heir_owner = IF(" + heir_takes + ", '', heir_owner),"
-           " heir_session = IF(" + heir_takes + ", 0, heir_session),"
+           " heir_session = IF(" + heir_takes + " OR " + claimed + ", 0, heir_session),"
            " doorbell = IF(" + take + ", VALUES(doorbell), doorbell),"
            " owner = IF(" + take + ", VALUES(owner), owner),"
            " expires_at = IF(owner = VALUES(owner), VALUES(expires_at), expires_at)";
@@ -168,15 +173,7 @@ class HeirTakeover final : public Takeover {
     return outcome;
   }
 
-  // A key handed to this heir after its last wait, claimed by the attempt that follows it.
-  std::optional<backend::Acquired> claim_handed(Connection& connection, std::string_view owner) {
-    if (!heir_) return std::nullopt;
-    const auto rows = backend_.with_retries(key_, [&] { return connection.query(sql_.handed, {std::string_view(key_), owner}); });
-    if (rows.empty()) return std::nullopt;
-    backend_.remember(key_, owner, connection.serial());
-    return backend::Acquired{to_u64(rows[0][0]), 1, watched_since_};
-  }
-
+  bool waiting() const noexcept override { return heir_; }
   void session_lost() noexcept override { heir_ = false; }
 
   void finish(Connection& connection, std::string_view owner, bool acquired) noexcept override {
@@ -218,18 +215,14 @@ class LeaseBackend final : public ModeBackend {
     DoorbellChannel* channel = attempt.channel;
     if (channel) {
       if (auto taken = channel->claim()) return *taken;
-      if (auto* heir = dynamic_cast<HeirTakeover*>(channel->takeover())) {
-        if (auto handed = heir->claim_handed(*connection, request.owner)) {
-          channel->acquired();
-          return *handed;
-        }
-      }
     }
     const std::int64_t ttl = ttl_us(request.ttl);
+    const std::int64_t heir = channel && channel->takeover() && channel->takeover()->waiting() ? 1 : 0;
     const auto outcome = with_retries(request.key, [&] {
-      return connection->execute(sql_.acquire, {request.key, request.owner, ttl, bell, bell, request.owner, request.owner});
+      return connection->execute(sql_.acquire, {request.key, request.owner, ttl, bell, bell, heir, heir});
     });
     if (auto acquired = settle(outcome, *connection, request.key, request.owner)) {
+      if (heir && acquired->hold_count == 1) remember(request.key, request.owner, connection->serial());
       if (channel) {
         channel->bell_settled();
         channel->acquired();
