@@ -10,6 +10,7 @@
 #include <atomic>
 #include <cstdio>
 #include <random>
+#include <thread>
 
 #include "backends/redis/connection.hpp"
 #include "backends/redis/lua_scripts.hpp"
@@ -159,6 +160,7 @@ class RedisBackend final : public backend::Backend {
   LockKeys lock_keys(std::string_view key) const { return LockKeys(key, held_, known_); }
   const Settings& settings() const noexcept { return settings_; }
   std::string new_waiter_id() { return waiter_prefix_ + "." + std::to_string(++waiters_); }
+  Pool& pool() noexcept { return pool_; }
   Pool::Lease take(std::string_view key) {
     try {
       return pool_.take();
@@ -339,10 +341,18 @@ bool WaitChannel::wait_until(Clock::time_point deadline) {
     }
   } catch (const RedisError& e) {
     if (!e.connection) backend_.fail(e, key_, false);
-    // The connection broke (server restart, timeout): wake; the attempt that follows runs on a
-    // new connection and reports the server's state, or that it is unreachable.
+    // The connection broke (a restart, a timeout). Wait for the server to answer again, up to
+    // the deadline; the attempt that follows then reports its state, or that it is unreachable.
     connection_.reset();
-    return false;
+    for (auto backoff = milliseconds(50);; backoff = std::min(backoff * 2, kHeartbeat)) {
+      try {
+        connection_.emplace(backend_.pool().take());
+        return false;
+      } catch (const RedisError&) {
+        if (Clock::now() + backoff >= deadline) return false;
+        std::this_thread::sleep_for(backoff);
+      }
+    }
   }
 }
 
