@@ -1,4 +1,4 @@
 -- KEYS[1] the lock. {owner, token, holds, pttl_ms}, or nil when free.
-local h = redis.call('HMGET', KEYS[1], 'owner', 'token', 'holds')
-if not h[1] then return nil end
-return {h[1], h[2], tonumber(h[3]), redis.call('PTTL', KEYS[1])}
+local o, t, holds = read_lock(KEYS[1])
+if not o then return nil end
+return {o, t, holds, redis.call('PTTL', KEYS[1])}

@@ -15,10 +15,10 @@ while found < want and seen < cap do
     seen = seen + 1
     out[2] = key
     local lock = ns .. ':{' .. key .. '}'
-    local h = redis.call('HMGET', lock, 'owner', 'token', 'holds')
-    if h[1] then
+    local o, t, holds = read_lock(lock)
+    if o then
       found = found + 1
-      for _, v in ipairs({key, h[1], h[2], tonumber(h[3]), redis.call('PTTL', lock)}) do out[#out + 1] = v end
+      for _, v in ipairs({key, o, t, holds, redis.call('PTTL', lock)}) do out[#out + 1] = v end
     else
       redis.call('ZREM', KEYS[1], key)
     end
