@@ -5,9 +5,10 @@ set -euo pipefail
 
 packages=(
   g++ cmake ninja-build pkg-config
-  libsqlite3-dev libmariadb-dev libssl-dev zlib1g-dev libfmt-dev libcli11-dev nlohmann-json3-dev libcpp-httplib-dev
+  libsqlite3-dev libmariadb-dev libhiredis-dev libssl-dev zlib1g-dev libfmt-dev libcli11-dev nlohmann-json3-dev libcpp-httplib-dev
   libgtest-dev libgmock-dev
   util-linux hyperfine sqlite3
+  redis-server  # the private servers of the redis:// tests (scripts/servers/redis.sh)
   chromium  # the admin page's browser tests (tests/browser), driven by playwright-core from npm
 )
 missing=()

@@ -4,12 +4,15 @@
 # linked release binary, the one users get. Usage: scripts/test.sh [extra ctest arguments]
 #
 # A private MariaDB (scripts/servers/mariadb.sh: its own data directory in /tmp, a free port
-# on 127.0.0.1) runs for the length of the run, stopped and deleted on exit. The conformance
-# suite runs over it (DLOCK_TEST_URLS) and so do the mysql fault tests (DLOCK_MYSQL_*).
+# on 127.0.0.1) and a private Redis (scripts/servers/redis.sh, likewise) run for the length of
+# the run, stopped and deleted on exit. The conformance suite runs over them (DLOCK_TEST_URLS),
+# and so do the mysql and redis fault tests (DLOCK_MYSQL_*, DLOCK_REDIS_*).
 #
-#   DLOCK_NO_MARIADB=1        start no server: the mysql:// cases are skipped or not listed
+#   DLOCK_NO_MARIADB=1        start no MariaDB: the mysql:// cases are skipped or not listed
+#   DLOCK_NO_REDIS=1          start no Redis: the redis:// cases are skipped or not listed
 #   DLOCK_TEST_URLS="URL ..." the servers the conformance suite runs over (default: one URL
-#                             per mode in DLOCK_TEST_MYSQL_MODES on the private MariaDB)
+#                             per mode in DLOCK_TEST_MYSQL_MODES on the private MariaDB, and the
+#                             private Redis plain and with fair=true)
 #   DLOCK_TEST_MYSQL_MODES    the mysql:// modes tested (default below)
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -20,24 +23,34 @@ mysql_modes=${DLOCK_TEST_MYSQL_MODES:-lease session row}
 
 scripts/install-deps.sh
 
+urls=()
+cleanup=()
+trap 'for step in "${cleanup[@]}"; do eval "$step" || true; done' EXIT
 if [ "${DLOCK_NO_MARIADB:-0}" != 1 ]; then
   mariadb_dir=$(mktemp -d /tmp/dlock-mariadb.XXXXXX)
-  # shellcheck disable=SC2064  # the directory is fixed now
-  trap "scripts/servers/mariadb.sh stop '$mariadb_dir' || true; rm -rf '$mariadb_dir'" EXIT
+  cleanup+=("scripts/servers/mariadb.sh stop '$mariadb_dir'; rm -rf '$mariadb_dir'")
   scripts/servers/mariadb.sh start "$mariadb_dir" >/dev/null
   set -a
   # shellcheck disable=SC1091
   . "$mariadb_dir/env"
   set +a
   echo "test.sh: MariaDB on 127.0.0.1:$DLOCK_MYSQL_PORT (data in $mariadb_dir)"
-  if [ -z "${DLOCK_TEST_URLS+set}" ]; then
-    urls=()
-    for mode in $mysql_modes; do
-      if [ "$mode" = lease ]; then urls+=("$DLOCK_MYSQL_URL"); else urls+=("$DLOCK_MYSQL_URL?mode=$mode"); fi
-    done
-    export DLOCK_TEST_URLS="${urls[*]}"
-  fi
+  for mode in $mysql_modes; do
+    if [ "$mode" = lease ]; then urls+=("$DLOCK_MYSQL_URL"); else urls+=("$DLOCK_MYSQL_URL?mode=$mode"); fi
+  done
 fi
+if [ "${DLOCK_NO_REDIS:-0}" != 1 ]; then
+  redis_dir=$(mktemp -d /tmp/dlock-redis.XXXXXX)
+  cleanup+=("scripts/servers/redis.sh stop '$redis_dir'; rm -rf '$redis_dir'")
+  scripts/servers/redis.sh start "$redis_dir" >/dev/null
+  set -a
+  # shellcheck disable=SC1091
+  . "$redis_dir/env"
+  set +a
+  echo "test.sh: Redis on 127.0.0.1:$DLOCK_REDIS_PORT (data in $redis_dir)"
+  urls+=("$DLOCK_REDIS_URL" "$DLOCK_REDIS_URL?fair=true")
+fi
+[ -n "${DLOCK_TEST_URLS+set}" ] || export DLOCK_TEST_URLS="${urls[*]}"
 
 cmake --preset asan >/dev/null
 cmake --build --preset asan -j2

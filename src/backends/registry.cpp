@@ -8,6 +8,9 @@
 #if DLOCK_WITH_MYSQL
 #include "backends/mysql/mysql_backend.hpp"
 #endif
+#if DLOCK_WITH_REDIS
+#include "backends/redis/redis_backend.hpp"
+#endif
 
 namespace dlock::backends {
 
@@ -19,12 +22,19 @@ std::shared_ptr<backend::Backend> open_backend(const core::Url& url) {
 #if DLOCK_WITH_MYSQL
   if (url.scheme == "mysql" || url.scheme == "mariadb") return make_mysql_backend(url);
 #endif
+#if DLOCK_WITH_REDIS
+  // rediss:// too, to be refused with the reason (no TLS in hiredis 0.14).
+  if (url.scheme == "redis" || url.scheme == "rediss") return make_redis_backend(url);
+#endif
   std::string built_in = "local://";
 #if DLOCK_WITH_SQLITE
   built_in += ", sqlite://PATH";
 #endif
 #if DLOCK_WITH_MYSQL
   built_in += ", mysql://USER:PASSWORD@HOST:PORT/DATABASE";
+#endif
+#if DLOCK_WITH_REDIS
+  built_in += ", redis://[USER:PASSWORD@]HOST:PORT/DB";
 #endif
   throw ConfigurationError("unknown backend '" + url.scheme + "://' in URL " + url.redacted() +
                            " (this build supports: " + built_in + ")");

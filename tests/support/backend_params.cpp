@@ -84,6 +84,7 @@ std::vector<BackendParam> all_backends() {
     const std::string scheme = sep == std::string::npos ? url : url.substr(0, sep);
     std::string name = sanitize(scheme);
     if (const std::string mode = option(url, "mode"); !mode.empty()) name += "_" + sanitize(mode);
+    if (option(url, "fair") == "true") name += "_fair";
     if (const int n = ++seen[name]; n > 1) name += "_" + std::to_string(n);
     p.name = name;
     if (scheme == "mysql" || scheme == "mariadb") {
@@ -108,6 +109,16 @@ std::vector<BackendParam> all_backends() {
 #endif
     } else {
       p.make_url = [url](const std::filesystem::path&) { return url; };
+    }
+    if (scheme == "redis") {
+      p.bad_location_url = "redis://127.0.0.1:1/0";  // nothing listens on port 1
+      p.bad_location_names = "127.0.0.1:1";
+      p.malformed_urls = {
+          {"redis://127.0.0.1:6379/zero", {"database"}},
+          {"rediss://127.0.0.1:6379/0", {"TLS"}},
+          {"redis://127.0.0.1:6379/0?fair=maybe", {"fair"}},
+          {"redis://h1:1,h2:2/0", {"one host"}},
+      };
     }
     p.spans_processes = scheme != "local";  // every server-backed store spans processes
     params.push_back(std::move(p));

@@ -1,0 +1,22 @@
+# Writes OUT, a header with each Lua script of DIR named in SCRIPTS (comma-separated) as a string constant,
+# common.lua prepended to each (Redis runs every script on its own). Run with cmake -P.
+#   kAcquireLua for acquire.lua, kForceReleaseLua for force_release.lua, ...
+file(READ "${DIR}/common.lua" common)
+set(text "// Generated from ${DIR} by cmake/embed_lua.cmake: do not edit.\n#pragma once\n\n#include <string_view>\n\nnamespace dlock::backends::redis::lua {\n")
+string(REPLACE "," ";" names "${SCRIPTS}")
+foreach(name IN LISTS names)
+  file(READ "${DIR}/${name}.lua" body)
+  string(REPLACE "_" ";" words "${name}")
+  set(camel "")
+  foreach(word IN LISTS words)
+    string(SUBSTRING "${word}" 0 1 first)
+    string(TOUPPER "${first}" first)
+    string(SUBSTRING "${word}" 1 -1 rest)
+    string(APPEND camel "${first}${rest}")
+  endforeach()
+  string(APPEND text "\ninline constexpr std::string_view k${camel}Lua = R\"dlocklua(${common}\n-- ${name}.lua\n${body})dlocklua\";\n")
+endforeach()
+string(APPEND text "\n}  // namespace dlock::backends::redis::lua\n")
+file(WRITE "${OUT}.tmp" "${text}")
+file(COPY_FILE "${OUT}.tmp" "${OUT}" ONLY_IF_DIFFERENT)
+file(REMOVE "${OUT}.tmp")

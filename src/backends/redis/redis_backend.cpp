@@ -1,0 +1,421 @@
+// redis://: leases in one Redis server. Every operation is one Lua script (lua/*.lua, embedded
+// at build time) judged by the server's clock; the key layout is in lua/common.lua and the
+// README. Waiters queue per key and block in BLPOP on a list of their own; the release hands
+// the key to the first live waiter and pushes its token there, so a handoff costs the release's
+// round trip plus one wake-up, and one release wakes one waiter.
+
+#include "backends/redis/redis_backend.hpp"
+
+#include <algorithm>
+#include <atomic>
+#include <cstdio>
+#include <random>
+#include <thread>
+
+#include "backends/redis/connection.hpp"
+#include "backends/redis/lua_scripts.hpp"
+#include "dlock/errors.hpp"
+
+namespace dlock::backends {
+namespace redis {
+namespace {
+
+using Clock = std::chrono::steady_clock;
+using std::chrono::milliseconds;
+
+const std::string kName = "redis";
+// The namespace of every key dlock writes (see lua/common.lua).
+const std::string kNamespace = "dlock";
+// A waiter refreshes its queue entry at least this often while it sleeps, and the server
+// drops an entry not refreshed for kAlive: a killed waiter is passed over after that.
+constexpr milliseconds kHeartbeat{1'000};
+constexpr milliseconds kAlive{3'000};
+// Locks one list call returns and stale index entries it looks at, at most: a script blocks the server.
+constexpr std::size_t kMaxPage = 1'000;
+constexpr std::size_t kMaxStale = 1'000;
+constexpr std::size_t kCollectBatch = 256;
+
+enum Script : std::size_t { kAcquire, kRefresh, kLeave, kRenew, kRelease, kInspect, kForceRelease, kList, kCollect };
+const std::vector<std::string_view> kSources = {lua::kAcquireLua, lua::kRefreshLua,       lua::kLeaveLua,
+                                                lua::kRenewLua,   lua::kReleaseLua,       lua::kInspectLua,
+                                                lua::kForceReleaseLua, lua::kListLua, lua::kCollectLua};
+
+struct Settings {
+  Endpoint endpoint;
+  bool fair = false;
+};
+
+// The Redis keys of one lock (lua/common.lua).
+struct LockKeys {
+  LockKeys(std::string_view key_, const std::string& held, const std::string& known)
+      : key(key_), lock(kNamespace + ":{" + std::string(key_) + "}"), seq(lock + ":seq"), queue(lock + ":q"),
+        waiters(lock + ":qi"), held_(held), known_(known) {}
+  // KEYS[1..6] of the lock's scripts.
+  std::vector<std::string_view> all() const { return {lock, seq, queue, waiters, held_, known_}; }
+  std::string box(const std::string& waiter) const { return lock + ":w:" + waiter; }
+
+  std::string_view key;
+  std::string lock, seq, queue, waiters;
+
+ private:
+  const std::string& held_;
+  const std::string& known_;
+};
+
+// A ZRANGEBYLEX bound: '[' inclusive, '(' exclusive.
+std::string lex_bound(char kind, std::string_view key) {
+  std::string bound(1, kind);
+  bound += key;
+  return bound;
+}
+
+std::uint64_t u64(const redisReply* reply) { return static_cast<std::uint64_t>(std::max<std::int64_t>(integer(reply), 0)); }
+
+LockInfo lock_info(std::string key, const redisReply* owner, const redisReply* token, const redisReply* holds,
+                   const redisReply* pttl) {
+  // A live lock has at least a millisecond left: waiters never wait for a 0 ms lease.
+  return LockInfo{std::move(key), text(owner), u64(token), static_cast<std::uint32_t>(u64(holds)),
+                  milliseconds(std::max<std::int64_t>(integer(pttl), 1))};
+}
+
+class WaitChannel;
+
+class RedisBackend final : public backend::Backend {
+ public:
+  explicit RedisBackend(Settings settings)
+      : settings_(std::move(settings)), pool_(settings_.endpoint), scripts_(kSources), waiter_prefix_(random_hex()) {
+    // Connects and loads the scripts now: a wrong URL or password fails at open, not at the first lock.
+    auto connection = take({});
+    try {
+      scripts_.load_all(*connection);
+    } catch (const RedisError& e) {
+      fail(e, {}, false);
+    }
+  }
+
+  std::string_view name() const noexcept override { return kName; }
+
+  backend::AcquireResult acquire(const backend::AcquireRequest& request) override;
+
+  bool renew(const backend::LeaseRef& lease, milliseconds ttl) override {
+    const LockKeys keys = lock_keys(lease.key);
+    const std::string token = std::to_string(lease.token);
+    const std::string ttl_ms = std::to_string(ttl.count());
+    auto connection = take(lease.key);
+    return integer(run(*connection, kRenew, {keys.lock}, {lease.owner, token, ttl_ms}, lease.key).get()) == 1;
+  }
+
+  std::optional<std::uint32_t> release(const backend::LeaseRef& lease) override {
+    const LockKeys keys = lock_keys(lease.key);
+    const std::string token = std::to_string(lease.token);
+    auto connection = take(lease.key);
+    const auto left = integer(run(*connection, kRelease, keys.all(), {lease.key, lease.owner, token}, lease.key).get());
+    if (left < 0) return std::nullopt;
+    return static_cast<std::uint32_t>(left);
+  }
+
+  std::optional<LockInfo> inspect(std::string_view key) override {
+    const LockKeys keys = lock_keys(key);
+    auto connection = take(key);
+    const Reply reply = run(*connection, kInspect, {keys.lock}, {}, key, false);
+    if (is_nil(reply.get())) return std::nullopt;
+    return lock_info(std::string(key), reply->element[0], reply->element[1], reply->element[2], reply->element[3]);
+  }
+
+  ListPage list(std::string_view prefix, std::string_view after, std::size_t limit) override;
+
+  std::optional<LockInfo> force_release(std::string_view key) override {
+    const LockKeys keys = lock_keys(key);
+    auto connection = take(key);
+    const Reply reply = run(*connection, kForceRelease, keys.all(), {key}, key);
+    if (is_nil(reply.get())) return std::nullopt;
+    return lock_info(std::string(key), reply->element[0], reply->element[1], reply->element[2], reply->element[3]);
+  }
+
+  std::unique_ptr<backend::WakeChannel> wake_channel(std::string_view key, std::string_view ticket) override;
+
+  void ping() override {
+    auto connection = take({});
+    try {
+      connection->command({"PING"});
+    } catch (const RedisError& e) {
+      fail(e, {}, false);
+    }
+  }
+
+  std::size_t collect_idle() override {
+    std::size_t removed = 0;
+    std::string from = "-";
+    const std::string batch = std::to_string(kCollectBatch);
+    auto connection = take({});
+    for (;;) {
+      const Reply reply = run(*connection, kCollect, {known_, held_}, {kNamespace, from, batch}, {});
+      removed += u64(reply->element[0]);
+      if (integer(reply->element[1]) == 1) return removed;
+      from = lex_bound('(', text(reply->element[2]));
+    }
+  }
+
+  // For the wait channel.
+  LockKeys lock_keys(std::string_view key) const { return LockKeys(key, held_, known_); }
+  const Settings& settings() const noexcept { return settings_; }
+  std::string new_waiter_id() { return waiter_prefix_ + "." + std::to_string(++waiters_); }
+  Pool& pool() noexcept { return pool_; }
+  Pool::Lease take(std::string_view key) {
+    try {
+      return pool_.take();
+    } catch (const RedisError& e) {
+      fail(e, key, false);
+    }
+  }
+  Reply run(Connection& connection, Script script, const std::vector<std::string_view>& keys,
+            const std::vector<std::string_view>& args, std::string_view key, bool writes = true) {
+    try {
+      return scripts_.run(connection, script, keys, args);
+    } catch (const RedisError& e) {
+      fail(e, key, writes);
+    }
+  }
+  [[noreturn]] void fail(const RedisError& e, std::string_view key, bool writes) {
+    raise(e, settings_.endpoint, kName, key, writes);
+  }
+  // ARGV of the acquire script.
+  std::vector<std::string_view> acquire_args(const backend::AcquireRequest& request, const std::string& ttl_ms,
+                                             const std::string& waiter) const {
+    return {request.key, request.owner, ttl_ms, settings_.fair ? "1" : "0", waiter, alive_ms_};
+  }
+  const std::string& alive_ms() const noexcept { return alive_ms_; }
+
+ private:
+  static std::string random_hex() {
+    std::random_device device;
+    char hex[17];
+    std::snprintf(hex, sizeof hex, "%08x%08x", device(), device());
+    return hex;
+  }
+
+  Settings settings_;
+  Pool pool_;
+  Scripts scripts_;
+  const std::string held_ = kNamespace + ":held";
+  const std::string known_ = kNamespace + ":keys";
+  const std::string alive_ms_ = std::to_string(kAlive.count());
+  const std::string waiter_prefix_;
+  std::atomic<std::uint64_t> waiters_{0};
+};
+
+// A waiting call's place in the key's queue, on a connection of its own. Its attempts (the
+// acquire() calls the core makes through it) add it to the queue or refresh its entry; between
+// them it blocks in BLPOP on its box, where a release hands it the key.
+class WaitChannel final : public backend::WakeChannel {
+ public:
+  WaitChannel(RedisBackend& backend, std::string_view key)
+      : backend_(backend), keys_(backend.lock_keys(key)), key_(key), id_(backend.new_waiter_id()),
+        box_(keys_.box(id_)), connection_(backend.take(key)) {
+    keys_.key = key_;
+  }
+  ~WaitChannel() override { leave(); }
+  WaitChannel(const WaitChannel&) = delete;
+  WaitChannel& operator=(const WaitChannel&) = delete;
+
+  void arm() override {}
+  bool wait_until(Clock::time_point deadline) override;
+  void abandon() noexcept override { leave(); }
+
+  backend::AcquireResult attempt(const backend::AcquireRequest& request);
+
+ private:
+  Connection& connection() {
+    if (!connection_ || (*connection_)->broken()) {
+      connection_.reset();
+      connection_.emplace(backend_.take(key_));
+    }
+    return **connection_;
+  }
+  std::vector<std::string_view> script_keys() const {
+    auto keys = keys_.all();
+    keys.push_back(box_);
+    return keys;
+  }
+  // The key was handed to this waiter at the server's `handoff_us`: its lease runs from then,
+  // placed on this host's clock after the last look that found the waiter still queued.
+  Clock::time_point handed_at(std::int64_t handoff_us) const {
+    const auto since = std::chrono::microseconds(std::max<std::int64_t>(handoff_us - seen_server_us_, 0));
+    return std::min(seen_sent_ + since, Clock::now());
+  }
+  void handed(std::uint64_t token, std::int64_t handoff_us) {
+    taken_ = backend::Acquired{token, 1, handed_at(handoff_us)};
+    queued_ = false;
+  }
+  void leave() noexcept;
+
+  RedisBackend& backend_;
+  LockKeys keys_;
+  std::string key_;
+  std::string id_;
+  std::string box_;
+  std::optional<Pool::Lease> connection_;
+  std::string owner_, ttl_ms_;  // of the waiting call
+  bool queued_ = false;          // the server may hold an entry (or an unclaimed handoff) for this waiter
+  std::optional<backend::Acquired> taken_;
+  // The last look that found this waiter queued: when it was sent, and the server's clock then.
+  Clock::time_point seen_sent_ = Clock::now();
+  std::int64_t seen_server_us_ = 0;
+  Clock::time_point holder_until_;  // the holder's lease end, by that look
+};
+
+backend::AcquireResult RedisBackend::acquire(const backend::AcquireRequest& request) {
+  if (auto* channel = dynamic_cast<WaitChannel*>(request.wake)) return channel->attempt(request);
+  const LockKeys keys = lock_keys(request.key);
+  const std::string ttl_ms = std::to_string(request.ttl.count());
+  auto connection = take(request.key);
+  const Reply reply = run(*connection, kAcquire, keys.all(), acquire_args(request, ttl_ms, ""), request.key);
+  const auto& e = reply->element;
+  if (integer(e[0]) == 1) return backend::Acquired{u64(e[1]), static_cast<std::uint32_t>(u64(e[2]))};
+  return backend::Held{lock_info(std::string(request.key), e[1], e[2], e[3], e[4])};
+}
+
+backend::AcquireResult WaitChannel::attempt(const backend::AcquireRequest& request) {
+  if (taken_) {
+    auto acquired = *taken_;
+    taken_.reset();
+    return acquired;
+  }
+  owner_ = request.owner;
+  ttl_ms_ = std::to_string(request.ttl.count());
+  Connection& c = connection();
+  const auto sent = Clock::now();
+  queued_ = true;  // from here until an answer says otherwise
+  const Reply reply =
+      backend_.run(c, kAcquire, script_keys(), backend_.acquire_args(request, ttl_ms_, id_), request.key);
+  const auto& e = reply->element;
+  if (integer(e[0]) == 1) {
+    queued_ = false;
+    backend::Acquired acquired{u64(e[1]), static_cast<std::uint32_t>(u64(e[2]))};
+    if (reply->elements > 3) acquired.sent = handed_at(integer(e[3]));
+    return acquired;
+  }
+  seen_sent_ = sent;
+  seen_server_us_ = integer(e[5]);
+  LockInfo holder = lock_info(key_, e[1], e[2], e[3], e[4]);
+  holder_until_ = sent + holder.ttl_left;
+  return backend::Held{std::move(holder)};
+}
+
+bool WaitChannel::wait_until(Clock::time_point deadline) {
+  if (!queued_) return false;
+  try {
+    for (;;) {
+      const auto now = Clock::now();
+      const auto until = std::min({deadline, holder_until_ + milliseconds(1), now + kHeartbeat});
+      if (until <= now) return false;
+      const auto wait = std::max(std::chrono::ceil<milliseconds>(until - now), milliseconds(1));
+      char seconds[32];
+      std::snprintf(seconds, sizeof seconds, "%.3f", static_cast<double>(wait.count()) / 1000.0);
+      const Reply popped = connection().blocking({"BLPOP", box_, seconds}, wait);
+      if (!is_nil(popped.get())) {
+        // [box, "token handoff_us"]
+        const std::string value = text(popped->element[1]);
+        const auto space = value.find(' ');
+        handed(std::stoull(value.substr(0, space)), std::stoll(value.substr(space + 1)));
+        return true;
+      }
+      const auto after = Clock::now();
+      if (after >= deadline || after >= holder_until_) return false;
+      // A heartbeat: the entry stays alive, and the holder's lease end is read again.
+      const auto sent = Clock::now();
+      const Reply reply = backend_.run(connection(), kRefresh, script_keys(),
+                                       {keys_.key, owner_, ttl_ms_, id_, backend_.alive_ms()}, key_);
+      const auto& e = reply->element;
+      switch (integer(e[0])) {
+        case 1:
+          handed(u64(e[1]), integer(e[2]));
+          return true;
+        case 2:
+          return false;  // free: the attempt that follows takes it or queues again
+        default:
+          seen_sent_ = sent;
+          seen_server_us_ = integer(e[2]);
+          holder_until_ = sent + milliseconds(integer(e[1]));
+      }
+    }
+  } catch (const RedisError& e) {
+    if (!e.connection) backend_.fail(e, key_, false);
+    // The connection broke (a restart, a timeout). Wait for the server to answer again, up to
+    // the deadline; the attempt that follows then reports its state, or that it is unreachable.
+    connection_.reset();
+    for (auto backoff = milliseconds(50);; backoff = std::min(backoff * 2, kHeartbeat)) {
+      try {
+        connection_.emplace(backend_.pool().take());
+        return false;
+      } catch (const RedisError&) {
+        if (Clock::now() + backoff >= deadline) return false;
+        std::this_thread::sleep_for(backoff);
+      }
+    }
+  }
+}
+
+void WaitChannel::leave() noexcept {
+  try {
+    if (taken_) {
+      // Handed over during the last wait, but the waiting call ended without claiming it.
+      const auto token = taken_->token;
+      taken_.reset();
+      backend_.release(backend::LeaseRef{key_, owner_, token});
+    }
+    if (!queued_) return;
+    queued_ = false;
+    backend_.run(connection(), kLeave, script_keys(), {keys_.key, owner_, id_}, key_);
+  } catch (...) {
+    // Unreachable: the entry dies unrefreshed after kAlive, and a key handed over runs out
+    // with its lease.
+  }
+}
+
+std::unique_ptr<backend::WakeChannel> RedisBackend::wake_channel(std::string_view key, std::string_view) {
+  return std::make_unique<WaitChannel>(*this, key);
+}
+
+ListPage RedisBackend::list(std::string_view prefix, std::string_view after, std::size_t limit) {
+  if (limit == 0) return {};
+  // [prefix, prefix with its last byte raised): bytewise, as the index sorts (score 0).
+  std::string end(prefix);
+  while (!end.empty() && static_cast<unsigned char>(end.back()) == 0xff) end.pop_back();
+  if (!end.empty()) end.back() = static_cast<char>(static_cast<unsigned char>(end.back()) + 1);
+  std::string min = prefix.empty() ? "-" : lex_bound('[', prefix);
+  if (!after.empty() && after >= prefix) min = lex_bound('(', after);
+  const std::string max = end.empty() ? "+" : lex_bound('(', end);
+  const std::size_t page_max = std::min(limit, kMaxPage);
+  const std::string want = std::to_string(page_max + 1);
+  const std::string cap = std::to_string(page_max + 1 + kMaxStale);
+  auto connection = take(prefix);
+  const Reply reply = run(*connection, kList, {held_}, {kNamespace, min, max, want, cap}, prefix, false);
+  ListPage page;
+  const std::size_t found = (reply->elements - 2) / 5;
+  for (std::size_t i = 0; i < found && page.locks.size() < page_max; ++i) {
+    redisReply** e = reply->element + 2 + i * 5;
+    page.locks.push_back(lock_info(text(e[0]), e[1], e[2], e[3], e[4]));
+  }
+  if (found > page_max) {
+    page.next_after = page.locks.back().key;
+  } else if (integer(reply->element[0]) == 0) {
+    // The scan stopped at its cap among stale entries: go on after the last one looked at.
+    page.next_after = text(reply->element[1]);
+  }
+  return page;
+}
+
+}  // namespace
+}  // namespace redis
+
+std::shared_ptr<backend::Backend> make_redis_backend(const core::Url& url) {
+  core::UrlOptions options(url);
+  redis::Settings settings;
+  settings.endpoint = redis::parse_endpoint(url, options);
+  settings.fair = options.take_bool("fair").value_or(false);
+  options.finish();
+  return std::make_shared<redis::RedisBackend>(std::move(settings));
+}
+
+}  // namespace dlock::backends

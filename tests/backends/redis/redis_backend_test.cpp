@@ -1,0 +1,479 @@
+// redis:// on a real server, through the public API: the script cache flushed under a held
+// lock, a restart without persistence (the holder learns of the loss), set-up errors (TLS,
+// credentials, an unreachable server), fencing after expiry and collect_idle, a waiter killed
+// with -9, fair mode's FIFO order, and 64 waiters on one key.
+//
+// The shared server is the one scripts/servers/redis.sh starts (scripts/test.sh does), named by
+//   DLOCK_REDIS_URL        ACL user with every command (every case needs it, or skips)
+//   DLOCK_REDIS_PLAIN_URL  the default user's password (plain AUTH)
+// The restart case starts a private server of its own, so it never disturbs other tests.
+// Run as `redis_backend_tests --wait URL KEY TTL_MS`, this program is the waiter the -9 case kills.
+
+#include <arpa/inet.h>
+#include <gtest/gtest.h>
+#include <netinet/in.h>
+#include <signal.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <atomic>
+#include <chrono>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <filesystem>
+#include <fstream>
+#include <functional>
+#include <future>
+#include <mutex>
+#include <optional>
+#include <random>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "backends/redis/connection.hpp"
+#include "core/url.hpp"
+#include "dlock/client.hpp"
+#include "dlock/errors.hpp"
+#include "support/child_process.hpp"
+
+#ifndef DLOCK_REDIS_SCRIPT
+#error "DLOCK_REDIS_SCRIPT must name scripts/servers/redis.sh"
+#endif
+
+namespace dlock {
+namespace {
+
+using namespace std::chrono_literals;
+using Clock = std::chrono::steady_clock;
+
+std::optional<std::string> env(const char* name) {
+  const char* value = std::getenv(name);  // NOLINT(concurrency-mt-unsafe): nothing sets it
+  if (!value || !*value) return std::nullopt;
+  return std::string(value);
+}
+
+long long ms(Clock::duration d) { return std::chrono::duration_cast<std::chrono::milliseconds>(d).count(); }
+
+bool eventually(const std::function<bool()>& condition, Clock::duration timeout) {
+  const auto deadline = Clock::now() + timeout;
+  for (;;) {
+    if (condition()) return true;
+    if (Clock::now() >= deadline) return false;
+    std::this_thread::sleep_for(10ms);
+  }
+}
+
+std::string random_hex(int digits) {
+  static std::mutex mutex;
+  static std::mt19937_64 generator{std::random_device{}()};
+  std::lock_guard lock(mutex);
+  std::string out;
+  for (int i = 0; i < digits; ++i) out += "0123456789abcdef"[generator() % 16];
+  return out;
+}
+
+std::string with_option(const std::string& url, const std::string& option) {
+  return url + (url.find('?') == std::string::npos ? "?" : "&") + option;
+}
+
+// A raw connection, for what dlock itself never does: SCRIPT FLUSH, reading its keys.
+class Raw {
+ public:
+  explicit Raw(const std::string& url) {
+    const auto parsed = core::Url::parse(url);
+    core::UrlOptions options(parsed);
+    endpoint_ = backends::redis::parse_endpoint(parsed, options);
+    connection_ = std::make_unique<backends::redis::Connection>(endpoint_);
+  }
+  std::string text(const std::vector<std::string_view>& command) {
+    return backends::redis::text(connection_->command(command).get());
+  }
+  long long integer(const std::vector<std::string_view>& command) {
+    return backends::redis::integer(connection_->command(command).get());
+  }
+  // The queue of waiters on `key` (lua/common.lua).
+  long long queued(const std::string& key) { return integer({"LLEN", "dlock:{" + key + "}:q"}); }
+
+ private:
+  backends::redis::Endpoint endpoint_;
+  std::unique_ptr<backends::redis::Connection> connection_;
+};
+
+class Redis : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    const auto url = env("DLOCK_REDIS_URL");
+    if (!url) {
+      GTEST_SKIP() << "DLOCK_REDIS_URL is not set: start a server with scripts/servers/redis.sh start DIR and "
+                      "source DIR/env";
+    }
+    url_ = *url;
+  }
+
+  std::string key(const std::string& name = "k") const {
+    return "redis-test/" + run_ + "/" + ::testing::UnitTest::GetInstance()->current_test_info()->name() + "/" + name;
+  }
+
+  std::string url_;
+  std::string run_ = random_hex(8);
+};
+
+// Every script runs again after the server forgot them (SCRIPT FLUSH): EVALSHA's NOSCRIPT makes
+// the client load the script and run it once more.
+TEST_F(Redis, ScriptsAreLoadedAgainAfterScriptFlush) {
+  Client client = Client::open(url_);
+  Client admin = Client::open(url_);
+  Raw raw(url_);
+  const std::string k = key();
+  Lease lease = client.acquire(k, {.ttl = 10s});
+  const std::uint64_t token = lease.token();
+  EXPECT_EQ(raw.text({"SCRIPT", "FLUSH"}), "OK");
+  lease.renew(10s);
+  EXPECT_TRUE(lease.held());
+  EXPECT_EQ(raw.text({"SCRIPT", "FLUSH"}), "OK");
+  ASSERT_TRUE(admin.inspect(k));
+  EXPECT_EQ(raw.text({"SCRIPT", "FLUSH"}), "OK");
+  EXPECT_FALSE(admin.try_acquire(k)) << "an acquire after SCRIPT FLUSH took a held key";
+  EXPECT_EQ(raw.text({"SCRIPT", "FLUSH"}), "OK");
+  EXPECT_NO_THROW(lease.release());
+  EXPECT_EQ(raw.text({"SCRIPT", "FLUSH"}), "OK");
+  auto again = admin.try_acquire(k);
+  ASSERT_TRUE(again);
+  EXPECT_GT(again.lease().token(), token);
+  EXPECT_EQ(raw.text({"SCRIPT", "FLUSH"}), "OK");
+  EXPECT_EQ(admin.list(k).locks.size(), 1u);
+  EXPECT_EQ(raw.text({"SCRIPT", "FLUSH"}), "OK");
+  EXPECT_TRUE(client.force_release(k));
+  EXPECT_EQ(raw.text({"SCRIPT", "FLUSH"}), "OK");
+  admin.collect_idle();
+}
+
+// A server of its own, restarted without persistence: the lock is gone, the holder's next
+// renewal finds that and reports the loss, a blocked waiter gets the key, and tokens keep rising.
+TEST_F(Redis, RestartWithoutPersistenceIsALossForTheHolder) {
+  const auto dir = std::filesystem::temp_directory_path() / ("dlock-redis-restart-" + random_hex(8));
+  const std::string script = DLOCK_REDIS_SCRIPT;
+  const std::string start = script + " start '" + dir.string() + "' >/dev/null";
+  ASSERT_EQ(std::system(start.c_str()), 0) << start;  // NOLINT(concurrency-mt-unsafe)
+  struct Cleanup {
+    std::string script, dir;
+    ~Cleanup() {
+      const std::string stop = script + " stop '" + dir + "'";
+      (void)std::system(stop.c_str());  // NOLINT(concurrency-mt-unsafe)
+      std::filesystem::remove_all(dir);
+    }
+  } cleanup{script, dir.string()};
+  std::string url;
+  {
+    std::ifstream env_file(dir / "env");
+    for (std::string line; std::getline(env_file, line);) {
+      if (line.rfind("DLOCK_REDIS_URL=", 0) == 0) url = line.substr(std::strlen("DLOCK_REDIS_URL="));
+    }
+  }
+  ASSERT_FALSE(url.empty());
+
+  Client holder = Client::open(url);
+  Client waiter = Client::open(url);
+  const std::string k = key();
+  Lease lease = holder.acquire(k, {.ttl = 3s, .auto_renew = true});
+  const std::uint64_t token = lease.token();
+  std::promise<LossInfo> lost;
+  lease.on_lost([&](const LossInfo& info) { lost.set_value(info); });
+  auto waiting = std::async(std::launch::async, [&] { return waiter.try_acquire_for(k, 20s, {.ttl = 10s}); });
+  ASSERT_TRUE(eventually([&] { return Raw(url).queued(k) == 1; }, 5s)) << "the waiter never queued";
+
+  const std::string restart = script + " restart '" + dir.string() + "' >/dev/null";
+  ASSERT_EQ(std::system(restart.c_str()), 0) << restart;  // NOLINT(concurrency-mt-unsafe)
+
+  auto loss = lost.get_future();
+  ASSERT_EQ(loss.wait_for(30s), std::future_status::ready) << "the holder never learnt that the lock was gone";
+  EXPECT_EQ(loss.get().reason, LossReason::not_owner);
+  EXPECT_TRUE(lease.lost());
+  ASSERT_EQ(waiting.wait_for(15s), std::future_status::ready);
+  auto attempt = waiting.get();
+  ASSERT_TRUE(attempt) << "the waiter did not get the key after the restart";
+  EXPECT_GT(attempt.lease().token(), token) << "a token after the restart is not above the one before";
+}
+
+TEST_F(Redis, RedissIsRefusedNamingTheReason) {
+  try {
+    Client::open("rediss://dlock:secret-pw@127.0.0.1:6379/0");
+    FAIL() << "rediss:// was accepted";
+  } catch (const ConfigurationError& e) {
+    const std::string message = e.what();
+    EXPECT_NE(message.find("TLS"), std::string::npos) << message;
+    EXPECT_NE(message.find("hiredis"), std::string::npos) << message;
+    EXPECT_EQ(message.find("secret-pw"), std::string::npos) << message;
+  }
+}
+
+TEST_F(Redis, WrongPasswordOrUnknownUserIsAClearErrorWithoutThePassword) {
+  const core::Url good = core::Url::parse(url_);
+  const std::string address = good.host + ":" + std::to_string(good.port.value_or(6379)) + "/0";
+  const std::vector<std::string> bad = {
+      "redis://" + good.user + ":not-the-pw-4711@" + address,
+      "redis://nobody-" + run_ + ":not-the-pw-4711@" + address,
+      "redis://:not-the-pw-4711@" + address,
+  };
+  for (const auto& url : bad) {
+    SCOPED_TRACE(core::Url::parse(url).redacted());
+    try {
+      Client::open(url).try_acquire(key());
+      ADD_FAILURE() << "bad credentials were accepted";
+    } catch (const ConfigurationError& e) {
+      const std::string message = e.what();
+      EXPECT_EQ(message.find("not-the-pw-4711"), std::string::npos) << message;
+      EXPECT_NE(message.find("password"), std::string::npos) << message;
+      EXPECT_NE(message.find(address), std::string::npos) << message;
+    }
+  }
+  // No password where the server wants one.
+  try {
+    Client::open("redis://" + address).try_acquire(key());
+    ADD_FAILURE() << "a URL without a password was accepted";
+  } catch (const ConfigurationError& e) {
+    EXPECT_NE(std::string(e.what()).find("password"), std::string::npos) << e.what();
+  }
+  if (const auto plain = env("DLOCK_REDIS_PLAIN_URL")) {
+    EXPECT_TRUE(Client::open(*plain).try_acquire(key("plain"))) << "plain AUTH with the right password failed";
+  }
+}
+
+TEST_F(Redis, ServerDownAtStartUpIsAConnectionError) {
+  // A port nothing listens on: bound, then closed.
+  int port = 0;
+  {
+    const int fd = ::socket(AF_INET, SOCK_STREAM, 0);
+    ASSERT_GE(fd, 0);
+    sockaddr_in address{};
+    address.sin_family = AF_INET;
+    address.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+    socklen_t length = sizeof address;
+    ASSERT_EQ(::bind(fd, reinterpret_cast<sockaddr*>(&address), sizeof address), 0);
+    ASSERT_EQ(::getsockname(fd, reinterpret_cast<sockaddr*>(&address), &length), 0);
+    port = ntohs(address.sin_port);
+    ::close(fd);
+  }
+  const std::string url = "redis://dlock:secret-pw@127.0.0.1:" + std::to_string(port) + "/0?connect_timeout=1s";
+  try {
+    Client::open(url);
+    FAIL() << "opening a server that is down succeeded";
+  } catch (const ConnectionError& e) {
+    const std::string message = e.what();
+    EXPECT_TRUE(e.retryable());
+    EXPECT_NE(message.find("127.0.0.1:" + std::to_string(port)), std::string::npos) << message;
+    EXPECT_EQ(message.find("secret-pw"), std::string::npos) << message;
+  }
+}
+
+// Tokens rise across an expiry and across collect_idle, which removes the key's counter.
+TEST_F(Redis, FencingTokensRiseAfterExpiryAndCollectIdle) {
+  Client client = Client::open(url_);
+  Raw raw(url_);
+  const std::string k = key();
+  const std::string seq = "dlock:{" + k + "}:seq";
+  std::uint64_t last = 0;
+  {
+    Lease lease = client.acquire(k, {.ttl = 100ms});
+    last = lease.token();
+    lease.detach();  // left to expire
+  }
+  ASSERT_TRUE(eventually([&] { return !client.inspect(k); }, 5s));
+  {
+    Lease lease = client.acquire(k, {.ttl = 10s});
+    EXPECT_GT(lease.token(), last) << "after an expiry";
+    last = lease.token();
+  }
+  EXPECT_EQ(raw.integer({"EXISTS", seq}), 1);
+  EXPECT_GE(client.collect_idle(), 1u);
+  EXPECT_EQ(raw.integer({"EXISTS", seq}), 0) << "collect_idle left the free key's counter";
+  {
+    Lease lease = client.acquire(k, {.ttl = 10s});
+    EXPECT_GT(lease.token(), last) << "after collect_idle";
+    // A held key is not collected.
+    client.collect_idle();
+    EXPECT_EQ(raw.integer({"EXISTS", seq}), 1);
+  }
+}
+
+// force_release hands the key to a waiter at once: the waiter does not wait out the 30 s lease.
+TEST_F(Redis, ForceReleaseWakesAWaiter) {
+  Client holder = Client::open(url_);
+  Client waiter = Client::open(url_);
+  Raw raw(url_);
+  const std::string k = key();
+  Lease lease = holder.acquire(k, {.ttl = 30s});
+  auto waiting = std::async(std::launch::async, [&] { return waiter.try_acquire_for(k, 20s, {.ttl = 10s}); });
+  ASSERT_TRUE(eventually([&] { return raw.queued(k) == 1; }, 5s));
+  const auto start = Clock::now();
+  ASSERT_TRUE(holder.force_release(k));
+  ASSERT_EQ(waiting.wait_for(5s), std::future_status::ready) << "the waiter was not woken";
+  EXPECT_TRUE(waiting.get());
+  EXPECT_LT(ms(Clock::now() - start), 2000);
+  EXPECT_THROW(lease.release(), LockLostError);
+}
+
+// A waiter killed with -9 leaves an entry nobody refreshes: the server passes it over once
+// it is older than the entry's lifetime (3 s), and the next waiter gets the key at the release.
+TEST_F(Redis, WaiterKilledWithSigkillDoesNotBlockTheKey) {
+  Client holder = Client::open(url_);
+  Client waiter = Client::open(url_);
+  Raw raw(url_);
+  const std::string k = key();
+  Lease lease = holder.acquire(k, {.ttl = 30s});
+  test::ChildProcess child({"/proc/self/exe", "--wait", url_, k, "30000"});
+  ASSERT_TRUE(eventually([&] { return raw.queued(k) == 1; }, 10s)) << "the child never queued";
+  child.kill(SIGKILL);
+  child.wait();
+  auto waiting = std::async(std::launch::async, [&] { return waiter.try_acquire_for(k, 20s, {.ttl = 10s}); });
+  ASSERT_TRUE(eventually([&] { return raw.queued(k) == 2; }, 5s));
+  std::this_thread::sleep_for(3500ms);  // the dead entry's lifetime
+  const auto start = Clock::now();
+  lease.release();
+  ASSERT_EQ(waiting.wait_for(5s), std::future_status::ready);
+  auto attempt = waiting.get();
+  ASSERT_TRUE(attempt) << "the live waiter did not get the key";
+  EXPECT_LT(ms(Clock::now() - start), 1000) << "ms: the key went to the dead waiter first";
+  EXPECT_EQ(raw.queued(k), 0) << "the dead entry is still queued";
+}
+
+// A waiter killed just before the release may be handed the key: it is then held for that
+// waiter's TTL (as if it had died holding it), and the next waiter gets it when that runs out.
+TEST_F(Redis, KeyHandedToAFreshlyKilledWaiterRunsOutWithItsTtl) {
+  Client holder = Client::open(url_);
+  Client waiter = Client::open(url_);
+  Raw raw(url_);
+  const std::string k = key();
+  Lease lease = holder.acquire(k, {.ttl = 30s});
+  test::ChildProcess child({"/proc/self/exe", "--wait", url_, k, "1000"});
+  ASSERT_TRUE(eventually([&] { return raw.queued(k) == 1; }, 10s)) << "the child never queued";
+  child.kill(SIGKILL);
+  child.wait();
+  auto waiting = std::async(std::launch::async, [&] { return waiter.try_acquire_for(k, 20s, {.ttl = 10s}); });
+  ASSERT_TRUE(eventually([&] { return raw.queued(k) == 2; }, 5s));
+  const auto start = Clock::now();
+  lease.release();
+  ASSERT_EQ(waiting.wait_for(10s), std::future_status::ready);
+  ASSERT_TRUE(waiting.get()) << "the live waiter did not get the key";
+  // The dead waiter's 1 s lease, then at most one heartbeat (1 s) to notice it.
+  EXPECT_GE(ms(Clock::now() - start), 900);
+  EXPECT_LT(ms(Clock::now() - start), 4000);
+}
+
+// fair=true: waiters get the key in the order they came, and a newcomer never takes a key
+// whose lease ran out while someone waits.
+TEST_F(Redis, FairModeHandsTheKeyOverInFifoOrder) {
+  const std::string url = with_option(url_, "fair=true");
+  Client holder = Client::open(url);
+  Raw raw(url_);
+  const std::string k = key();
+  constexpr int kWaiters = 6;
+  Lease lease = holder.acquire(k, {.ttl = 30s});
+  std::mutex mutex;
+  std::vector<int> order;
+  std::vector<std::thread> threads;
+  for (int i = 0; i < kWaiters; ++i) {
+    threads.emplace_back([&, i] {
+      try {
+        Client client = Client::open(url);
+        auto attempt = client.try_acquire_for(k, 30s, {.ttl = 10s});
+        if (!attempt) return;
+        {
+          std::lock_guard lock(mutex);
+          order.push_back(i);
+        }
+        std::this_thread::sleep_for(5ms);
+      } catch (const std::exception& e) {
+        ADD_FAILURE() << e.what();
+      }
+    });
+    ASSERT_TRUE(eventually([&] { return raw.queued(k) == i + 1; }, 5s)) << "waiter " << i << " never queued";
+  }
+  lease.release();
+  for (auto& thread : threads) thread.join();
+  std::vector<int> expected(kWaiters);
+  for (int i = 0; i < kWaiters; ++i) expected[i] = i;
+  EXPECT_EQ(order, expected);
+
+  // No barging after an expiry: the queued waiter gets the key, not the newcomer. The lease is
+  // cut short after the waiter went to sleep, so the waiter is still asleep when it runs out.
+  Client newcomer = Client::open(url);
+  Lease cut_short = holder.acquire(k, {.ttl = 30s});
+  Client queued = Client::open(url);
+  auto waiting = std::async(std::launch::async, [&] {
+    return queued.try_acquire_for(k, 10s, {.ttl = 10s, .owner = "queued-" + run_});
+  });
+  ASSERT_TRUE(eventually([&] { return raw.queued(k) == 1; }, 5s));
+  cut_short.renew(100ms);
+  cut_short.detach();
+  std::this_thread::sleep_for(200ms);
+  auto attempt = newcomer.try_acquire(k);
+  EXPECT_FALSE(attempt) << "a newcomer barged in ahead of the queue";
+  if (attempt.holder()) {
+    EXPECT_EQ(attempt.holder()->owner, "queued-" + run_);
+  }
+  EXPECT_TRUE(waiting.get()) << "the queued waiter did not get the key";
+}
+
+// 64 waiters on one key: each gets it exactly once, never two at a time, tokens rising in the
+// order of the acquisitions.
+TEST_F(Redis, SixtyFourWaitersEachGetTheKeyOnce) {
+  constexpr int kWaiters = 64;
+  Client client = Client::open(url_);
+  const std::string k = key();
+  Lease lease = client.acquire(k, {.ttl = 30s});
+  std::atomic<int> inside{0}, overlaps{0};
+  std::mutex mutex;
+  std::vector<std::uint64_t> tokens;
+  std::vector<int> acquired(kWaiters, 0);
+  std::vector<std::thread> threads;
+  for (int i = 0; i < kWaiters; ++i) {
+    threads.emplace_back([&, i] {
+      try {
+        auto attempt = client.try_acquire_for(k, 60s, {.ttl = 30s});
+        if (!attempt) return;
+        if (inside.fetch_add(1) != 0) ++overlaps;
+        {
+          std::lock_guard lock(mutex);
+          tokens.push_back(attempt.lease().token());
+          ++acquired[i];
+        }
+        inside.fetch_sub(1);
+        attempt.lease().release();
+      } catch (const std::exception& e) {
+        ADD_FAILURE() << e.what();
+      }
+    });
+  }
+  Raw raw(url_);
+  EXPECT_TRUE(eventually([&] { return raw.queued(k) == kWaiters; }, 20s)) << raw.queued(k) << " queued";
+  const auto start = Clock::now();
+  lease.release();
+  for (auto& thread : threads) thread.join();
+  std::fprintf(stderr, "64 handoffs took %lld ms\n", ms(Clock::now() - start));
+  EXPECT_EQ(overlaps.load(), 0);
+  EXPECT_EQ(acquired, std::vector<int>(kWaiters, 1));
+  EXPECT_TRUE(std::is_sorted(tokens.begin(), tokens.end()));
+  EXPECT_EQ(std::adjacent_find(tokens.begin(), tokens.end()), tokens.end());
+  EXPECT_EQ(raw.queued(k), 0);
+}
+
+// The child of the -9 cases: waits for KEY and holds it; it is killed while it waits.
+int waiter_main(const std::string& url, const std::string& key, long ttl_ms) {
+  Client client = Client::open(url);
+  auto attempt = client.try_acquire_for(key, 60s, {.ttl = std::chrono::milliseconds(ttl_ms)});
+  std::this_thread::sleep_for(60s);
+  return attempt ? 0 : 1;
+}
+
+}  // namespace
+}  // namespace dlock
+
+int main(int argc, char** argv) {
+  if (argc == 5 && std::string(argv[1]) == "--wait") return dlock::waiter_main(argv[2], argv[3], std::atol(argv[4]));
+  ::testing::InitGoogleTest(&argc, argv);
+  return RUN_ALL_TESTS();
+}
