@@ -165,16 +165,18 @@ function parseDuration(text) {
 }
 
 // ---------------------------------------------------------------------------------------------
-// The stack under test: a temp dir, a sqlite:// URL (or a table of DLOCK_SERVE_TEST_URL's
-// server), `dlock serve`, and a Chromium page on it.
+// The stack under test: a temp dir, a sqlite:// URL (or DLOCK_SERVE_TEST_URL's server, in a
+// table or namespace of the test's own), `dlock serve`, and a Chromium page on it.
 
 async function startStack(t) {
   const binary = dlockBinary();
   const dir = mkdtempSync(join(tmpdir(), 'dlock-browser-'));
-  // DLOCK_SERVE_TEST_URL: a server (mysql://...) to run on instead, in a fresh table.
+  // DLOCK_SERVE_TEST_URL: a server (mysql://, redis://) to run on instead, in a fresh table
+  // (mysql) or key namespace (redis).
   const server = process.env.DLOCK_SERVE_TEST_URL;
+  const own = server?.startsWith('redis') ? 'namespace' : 'table';
   const url = server
-    ? `${server}${server.includes('?') ? '&' : '?'}table=browser_${basename(dir).replace(/[^A-Za-z0-9]/g, '_')}`
+    ? `${server}${server.includes('?') ? '&' : '?'}${own}=browser_${basename(dir).replace(/[^A-Za-z0-9]/g, '_')}`
     : `sqlite://${dir}/locks.db`;
   const auditLog = join(dir, 'audit.log');
   // Keep every default path (state dir, ...) inside the temp dir.

@@ -117,10 +117,12 @@ class ServeTest : public ::testing::Test {
     // NOLINTNEXTLINE(concurrency-mt-unsafe): read before any thread starts
     const char* server = std::getenv("DLOCK_SERVE_TEST_URL");
     if (server && *server) {
+      // A table (mysql) or key namespace (redis) of the test's own.
       const std::string base = server;
-      url_ = base + (base.find('?') == std::string::npos ? "?" : "&") + "table=serve_" +
-             std::filesystem::path(dir_).filename().string().substr(12);
       backend_ = base.substr(0, base.find("://"));
+      url_ = base + (base.find('?') == std::string::npos ? "?" : "&") +
+             (backend_ == "redis" ? "namespace=" : "table=") + "serve_" +
+             std::filesystem::path(dir_).filename().string().substr(12);
     } else {
       url_ = "sqlite://" + dir_ + "/locks.db";
     }

@@ -117,6 +117,7 @@ std::vector<BackendParam> all_backends() {
           {"redis://127.0.0.1:6379/zero", {"database"}},
           {"rediss://127.0.0.1:6379/0", {"TLS"}},
           {"redis://127.0.0.1:6379/0?fair=maybe", {"fair"}},
+          {"redis://127.0.0.1:6379/0?namespace=a%20b", {"namespace"}},
           {"redis://h1:1,h2:2/0", {"one host"}},
       };
     }

@@ -7,7 +7,9 @@
 #include "backends/redis/redis_backend.hpp"
 
 #include <algorithm>
+#include <array>
 #include <atomic>
+#include <cctype>
 #include <cstdio>
 #include <random>
 #include <thread>
@@ -24,8 +26,9 @@ using Clock = std::chrono::steady_clock;
 using std::chrono::milliseconds;
 
 const std::string kName = "redis";
-// The namespace of every key dlock writes (see lua/common.lua).
-const std::string kNamespace = "dlock";
+// The default namespace: the first part of every key dlock writes (see lua/common.lua).
+const std::string kDefaultNamespace = "dlock";
+constexpr std::size_t kMaxNamespace = 64;
 // A waiter refreshes its queue entry at least this often while it sleeps, and the server
 // drops an entry not refreshed for kAlive: a killed waiter is passed over after that.
 constexpr milliseconds kHeartbeat{1'000};
@@ -35,20 +38,23 @@ constexpr std::size_t kMaxPage = 1'000;
 constexpr std::size_t kMaxStale = 1'000;
 constexpr std::size_t kCollectBatch = 256;
 
-enum Script : std::size_t { kAcquire, kRefresh, kLeave, kRenew, kRelease, kInspect, kForceRelease, kList, kCollect };
-const std::vector<std::string_view> kSources = {lua::kAcquireLua, lua::kRefreshLua,       lua::kLeaveLua,
-                                                lua::kRenewLua,   lua::kReleaseLua,       lua::kInspectLua,
-                                                lua::kForceReleaseLua, lua::kListLua, lua::kCollectLua};
+enum Script : std::size_t {
+  kAcquire, kRefresh, kLeave, kRenew, kRelease, kInspect, kForceRelease, kList, kCollect, kAddActivity
+};
+const std::vector<std::string_view> kSources = {
+    lua::kAcquireLua,      lua::kRefreshLua, lua::kLeaveLua,   lua::kRenewLua,   lua::kReleaseLua,
+    lua::kInspectLua,      lua::kForceReleaseLua, lua::kListLua, lua::kCollectLua, lua::kAddActivityLua};
 
 struct Settings {
   Endpoint endpoint;
   bool fair = false;
+  std::string ns = kDefaultNamespace;
 };
 
 // The Redis keys of one lock (lua/common.lua).
 struct LockKeys {
-  LockKeys(std::string_view key_, const std::string& held, const std::string& known)
-      : key(key_), lock(kNamespace + ":{" + std::string(key_) + "}"), seq(lock + ":seq"), queue(lock + ":q"),
+  LockKeys(const std::string& ns, std::string_view key_, const std::string& held, const std::string& known)
+      : key(key_), lock(ns + ":{" + std::string(key_) + "}"), seq(lock + ":seq"), queue(lock + ":q"),
         waiters(lock + ":qi"), held_(held), known_(known) {}
   // KEYS[1..6] of the lock's scripts.
   std::vector<std::string_view> all() const { return {lock, seq, queue, waiters, held_, known_}; }
@@ -72,10 +78,10 @@ std::string lex_bound(char kind, std::string_view key) {
 std::uint64_t u64(const redisReply* reply) { return static_cast<std::uint64_t>(std::max<std::int64_t>(integer(reply), 0)); }
 
 LockInfo lock_info(std::string key, const redisReply* owner, const redisReply* token, const redisReply* holds,
-                   const redisReply* pttl) {
+                   const redisReply* pttl, const redisReply* held_ms) {
   // A live lock has at least a millisecond left: waiters never wait for a 0 ms lease.
   return LockInfo{std::move(key), text(owner), u64(token), static_cast<std::uint32_t>(u64(holds)),
-                  milliseconds(std::max<std::int64_t>(integer(pttl), 1))};
+                  milliseconds(std::max<std::int64_t>(integer(pttl), 1)), milliseconds(integer(held_ms))};
 }
 
 class WaitChannel;
@@ -119,7 +125,8 @@ class RedisBackend final : public backend::Backend {
     auto connection = take(key);
     const Reply reply = run(*connection, kInspect, {keys.lock}, {}, key, false);
     if (is_nil(reply.get())) return std::nullopt;
-    return lock_info(std::string(key), reply->element[0], reply->element[1], reply->element[2], reply->element[3]);
+    return lock_info(std::string(key), reply->element[0], reply->element[1], reply->element[2], reply->element[3],
+                     reply->element[4]);
   }
 
   ListPage list(std::string_view prefix, std::string_view after, std::size_t limit) override;
@@ -129,7 +136,8 @@ class RedisBackend final : public backend::Backend {
     auto connection = take(key);
     const Reply reply = run(*connection, kForceRelease, keys.all(), {key}, key);
     if (is_nil(reply.get())) return std::nullopt;
-    return lock_info(std::string(key), reply->element[0], reply->element[1], reply->element[2], reply->element[3]);
+    return lock_info(std::string(key), reply->element[0], reply->element[1], reply->element[2], reply->element[3],
+                     reply->element[4]);
   }
 
   std::unique_ptr<backend::WakeChannel> wake_channel(std::string_view key, std::string_view ticket) override;
@@ -143,13 +151,39 @@ class RedisBackend final : public backend::Backend {
     }
   }
 
+  void add_activity(const Activity& delta) override {
+    std::vector<std::string> counts;
+    for (const std::uint64_t n : {delta.acquisitions, delta.conflicts, delta.waits, delta.wait_us, delta.renewals,
+                                  delta.losses}) {
+      counts.push_back(std::to_string(n));
+    }
+    auto connection = take({});
+    run(*connection, kAddActivity, {activity_}, {counts.begin(), counts.end()}, {});
+  }
+
+  std::optional<Activity> activity() override {
+    auto connection = take({});
+    Reply reply;
+    try {
+      reply = connection->command({"HMGET", activity_, "acquisitions", "conflicts", "waits", "wait_us", "renewals",
+                                   "losses"});
+    } catch (const RedisError& e) {
+      fail(e, {}, false);
+    }
+    std::array<std::uint64_t, 6> n{};
+    for (std::size_t i = 0; i < n.size(); ++i) {
+      if (!is_nil(reply->element[i])) n[i] = std::stoull(text(reply->element[i]));
+    }
+    return Activity{n[0], n[1], n[2], n[3], n[4], n[5]};
+  }
+
   std::size_t collect_idle() override {
     std::size_t removed = 0;
     std::string from = "-";
     const std::string batch = std::to_string(kCollectBatch);
     auto connection = take({});
     for (;;) {
-      const Reply reply = run(*connection, kCollect, {known_, held_}, {kNamespace, from, batch}, {});
+      const Reply reply = run(*connection, kCollect, {known_, held_}, {settings_.ns, from, batch}, {});
       removed += u64(reply->element[0]);
       if (integer(reply->element[1]) == 1) return removed;
       from = lex_bound('(', text(reply->element[2]));
@@ -157,7 +191,7 @@ class RedisBackend final : public backend::Backend {
   }
 
   // For the wait channel.
-  LockKeys lock_keys(std::string_view key) const { return LockKeys(key, held_, known_); }
+  LockKeys lock_keys(std::string_view key) const { return LockKeys(settings_.ns, key, held_, known_); }
   const Settings& settings() const noexcept { return settings_; }
   std::string new_waiter_id() { return waiter_prefix_ + "." + std::to_string(++waiters_); }
   Pool& pool() noexcept { return pool_; }
@@ -197,8 +231,9 @@ class RedisBackend final : public backend::Backend {
   Settings settings_;
   Pool pool_;
   Scripts scripts_;
-  const std::string held_ = kNamespace + ":held";
-  const std::string known_ = kNamespace + ":keys";
+  const std::string held_ = settings_.ns + ":held";
+  const std::string known_ = settings_.ns + ":keys";
+  const std::string activity_ = settings_.ns + ":activity";  // the store's activity totals (a hash)
   const std::string alive_ms_ = std::to_string(kAlive.count());
   const std::string waiter_prefix_;
   std::atomic<std::uint64_t> waiters_{0};
@@ -272,7 +307,7 @@ backend::AcquireResult RedisBackend::acquire(const backend::AcquireRequest& requ
   const Reply reply = run(*connection, kAcquire, keys.all(), acquire_args(request, ttl_ms, ""), request.key);
   const auto& e = reply->element;
   if (integer(e[0]) == 1) return backend::Acquired{u64(e[1]), static_cast<std::uint32_t>(u64(e[2]))};
-  return backend::Held{lock_info(std::string(request.key), e[1], e[2], e[3], e[4])};
+  return backend::Held{lock_info(std::string(request.key), e[1], e[2], e[3], e[4], e[6])};
 }
 
 backend::AcquireResult WaitChannel::attempt(const backend::AcquireRequest& request) {
@@ -297,7 +332,7 @@ backend::AcquireResult WaitChannel::attempt(const backend::AcquireRequest& reque
   }
   seen_sent_ = sent;
   seen_server_us_ = integer(e[5]);
-  LockInfo holder = lock_info(key_, e[1], e[2], e[3], e[4]);
+  LockInfo holder = lock_info(key_, e[1], e[2], e[3], e[4], e[6]);
   holder_until_ = sent + holder.ttl_left;
   return backend::Held{std::move(holder)};
 }
@@ -390,12 +425,12 @@ ListPage RedisBackend::list(std::string_view prefix, std::string_view after, std
   const std::string want = std::to_string(page_max + 1);
   const std::string cap = std::to_string(page_max + 1 + kMaxStale);
   auto connection = take(prefix);
-  const Reply reply = run(*connection, kList, {held_}, {kNamespace, min, max, want, cap}, prefix, false);
+  const Reply reply = run(*connection, kList, {held_}, {settings_.ns, min, max, want, cap}, prefix, false);
   ListPage page;
-  const std::size_t found = (reply->elements - 2) / 5;
+  const std::size_t found = (reply->elements - 2) / 6;
   for (std::size_t i = 0; i < found && page.locks.size() < page_max; ++i) {
-    redisReply** e = reply->element + 2 + i * 5;
-    page.locks.push_back(lock_info(text(e[0]), e[1], e[2], e[3], e[4]));
+    redisReply** e = reply->element + 2 + i * 6;
+    page.locks.push_back(lock_info(text(e[0]), e[1], e[2], e[3], e[4], e[5]));
   }
   if (found > page_max) {
     page.next_after = page.locks.back().key;
@@ -414,7 +449,17 @@ std::shared_ptr<backend::Backend> make_redis_backend(const core::Url& url) {
   redis::Settings settings;
   settings.endpoint = redis::parse_endpoint(url, options);
   settings.fair = options.take_bool("fair").value_or(false);
+  settings.ns = options.take_string("namespace").value_or(redis::kDefaultNamespace);
   options.finish();
+  const bool valid = !settings.ns.empty() && settings.ns.size() <= redis::kMaxNamespace &&
+                     std::all_of(settings.ns.begin(), settings.ns.end(), [](char c) {
+                       return std::isalnum(static_cast<unsigned char>(c)) || c == '_' || c == '-' || c == '.';
+                     });
+  if (!valid) {
+    throw ConfigurationError("redis:// namespace '" + settings.ns + "' must be 1 to " +
+                                 std::to_string(redis::kMaxNamespace) + " letters, digits, '_', '-' or '.'",
+                             redis::kName);
+  }
   return std::make_shared<redis::RedisBackend>(std::move(settings));
 }
 

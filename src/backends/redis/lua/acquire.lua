@@ -1,17 +1,17 @@
 -- Acquire, or report the holder, in one step. KEYS[1..6] (and [7], the box, for a waiter);
 -- ARGV: key, owner, ttl_ms, fair (1 or 0), waiter id ('' for a plain attempt), alive_ms.
 -- Returns {1, token, holds[, handoff_us]} when the key is ours ({..., handoff_us} when it was
--- handed to this waiter earlier), or {0, owner, token, holds, pttl_ms, now_us} when held
--- (now_us only for a waiter; 0 otherwise).
+-- handed to this waiter earlier), or {0, owner, token, holds, pttl_ms, now_us, held_ms} when
+-- held (now_us only for a waiter; 0 otherwise).
 local key, owner, ttl, fair, id, alive_ms = ARGV[1], ARGV[2], ARGV[3], ARGV[4] == '1', ARGV[5], tonumber(ARGV[6])
 local L = lock_keys(key)
-local o, t, holds = read_lock(L.lock)
+local o, t, holds, at = read_lock(L.lock)
 if id ~= '' then
   local token, at = string.match(redis.call('LPOP', KEYS[7]) or '', '^(%d+) (%d+)$')
   if token and o == owner and t == token then return {1, token, holds, at} end
 end
 if o == owner then
-  redis.call('SET', L.lock, t .. ' ' .. (holds + 1) .. ' ' .. o, 'PX', ttl)
+  redis.call('SET', L.lock, lock_value(t, holds + 1, at, o), 'PX', ttl)
   if id ~= '' then leave_queue(L, id) end
   return {1, t, holds + 1}
 end
@@ -21,7 +21,7 @@ if not o then
   local first = fair and first_live(L)
   if first and first ~= id then
     hand_off(L)
-    o, t, holds = read_lock(L.lock)
+    o, t, holds, at = read_lock(L.lock)
   else
     local token = next_token(L)
     grant(L, owner, token, ttl)
@@ -34,4 +34,4 @@ if id ~= '' then
   now = now_us()
   enqueue(L, id, owner, ttl, alive_ms, now)
 end
-return {0, o, t, holds, redis.call('PTTL', L.lock), num(now)}
+return {0, o, t, holds, redis.call('PTTL', L.lock), num(now), held_ms(at)}

@@ -1,11 +1,11 @@
 -- Prepended to every script at build time (cmake/embed_lua.cmake). Numbers are Lua doubles:
 -- exact up to 2^53, far above any token (the server's clock in microseconds is about 2^51).
--- The hot paths (acquire and release without waiters, renew) read no clock: TIME is called
--- only where a queue or a new counter needs it.
+-- Renew and release without waiters read no clock; acquire reads it once, for acquired_ms.
 --
 -- The keys of one lock, all with the hash tag {K} (K the lock's key), in the order scripts
 -- take them as KEYS:
---   [1] dlock:{K}         "token holds owner" while held; its PX expiry is the lease
+--   [1] dlock:{K}         "token holds acquired_ms owner" while held (acquired_ms: the server's
+--                         clock when this acquisition took the key); its PX expiry is the lease
 --   [2] dlock:{K}:seq     the last token handed out; outlives the lease
 --   [3] dlock:{K}:q       list of waiter ids, first come first
 --   [4] dlock:{K}:qi      hash waiter id -> "alive_until_ms ttl_ms owner"
@@ -27,12 +27,21 @@ local function lock_keys(key)
           key = key}
 end
 
--- The holder of a lock key: owner, token (text), holds; nil when free.
+-- The holder of a lock key: owner, token (text), holds, acquired_ms (text); nil when free.
 local function read_lock(lock)
   local value = redis.call('GET', lock)
   if not value then return nil end
-  local token, holds, owner = string.match(value, '^(%d+) (%d+) (.+)$')
-  return owner, token, tonumber(holds)
+  local token, holds, at, owner = string.match(value, '^(%d+) (%d+) (%d+) (.+)$')
+  return owner, token, tonumber(holds), at
+end
+
+local function lock_value(token, holds, at, owner)
+  return token .. ' ' .. holds .. ' ' .. at .. ' ' .. owner
+end
+
+-- Milliseconds since acquired_ms, by the server's clock.
+local function held_ms(at)
+  return math.max(math.floor(now_us() / 1000) - tonumber(at), 0)
 end
 
 -- A new acquisition's token: one above the key's last. A key without a counter (new, or
@@ -50,7 +59,7 @@ local function next_token(L)
 end
 
 local function grant(L, owner, token, ttl)
-  redis.call('SET', L.lock, num(token) .. ' 1 ' .. owner, 'PX', ttl)
+  redis.call('SET', L.lock, lock_value(num(token), 1, num(math.floor(now_us() / 1000)), owner), 'PX', ttl)
   redis.call('ZADD', L.held, 0, L.key)
 end
 
@@ -102,10 +111,10 @@ end
 -- Drops one hold of (owner, token); the last one frees the key or hands it on. Returns the
 -- holds left, or -1 when that acquisition no longer holds the key.
 local function drop_hold(L, owner, token)
-  local o, t, holds = read_lock(L.lock)
+  local o, t, holds, at = read_lock(L.lock)
   if o ~= owner or t ~= token then return -1 end
   if holds > 1 then
-    redis.call('SET', L.lock, t .. ' ' .. (holds - 1) .. ' ' .. o, 'KEEPTTL')
+    redis.call('SET', L.lock, lock_value(t, holds - 1, at, o), 'KEEPTTL')
     return holds - 1
   end
   redis.call('DEL', L.lock)

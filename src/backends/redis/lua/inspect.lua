@@ -1,4 +1,4 @@
--- KEYS[1] the lock. {owner, token, holds, pttl_ms}, or nil when free.
-local o, t, holds = read_lock(KEYS[1])
+-- KEYS[1] the lock. {owner, token, holds, pttl_ms, held_ms}, or nil when free.
+local o, t, holds, at = read_lock(KEYS[1])
 if not o then return nil end
-return {o, t, holds, redis.call('PTTL', KEYS[1])}
+return {o, t, holds, redis.call('PTTL', KEYS[1]), held_ms(at)}

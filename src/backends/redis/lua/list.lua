@@ -1,7 +1,8 @@
 -- One page of held locks from the index. KEYS[1] dlock:held; ARGV: namespace ('dlock'),
 -- ZRANGEBYLEX min and max, want (locks to find), cap (index entries to look at, at most).
 -- Entries whose lease ran out are dropped from the index on the way. Returns {done, last
--- looked at, key1, owner1, token1, holds1, pttl1, key2, ...}; done is 1 when the range ended.
+-- looked at, key1, owner1, token1, holds1, pttl1, held_ms1, key2, ...}; done is 1 when the
+-- range ended.
 local ns, min, max, want, cap = ARGV[1], ARGV[2], ARGV[3], tonumber(ARGV[4]), tonumber(ARGV[5])
 local out = {0, ''}
 local found, seen = 0, 0
@@ -15,10 +16,10 @@ while found < want and seen < cap do
     seen = seen + 1
     out[2] = key
     local lock = ns .. ':{' .. key .. '}'
-    local o, t, holds = read_lock(lock)
+    local o, t, holds, at = read_lock(lock)
     if o then
       found = found + 1
-      for _, v in ipairs({key, o, t, holds, redis.call('PTTL', lock)}) do out[#out + 1] = v end
+      for _, v in ipairs({key, o, t, holds, redis.call('PTTL', lock), held_ms(at)}) do out[#out + 1] = v end
     else
       redis.call('ZREM', KEYS[1], key)
     end
