@@ -30,6 +30,9 @@ struct LockInfo {
   // Time since this acquisition took the key (re-entries and renewals do not reset it), by
   // the backend's clock; nothing where the store does not record it (mysql:// row mode).
   std::optional<std::chrono::milliseconds> held_for;
+  // Clients queued for the key, where the store keeps a queue (redis://; inspect and list
+  // only); nothing elsewhere.
+  std::optional<std::uint32_t> waiters;
 };
 
 // What clients did, as counters. Each client counts its own (Client::activity) and adds them

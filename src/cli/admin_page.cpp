@@ -60,7 +60,7 @@ const char* const kAdminPage = R"page(<!doctype html>
         <button id="next-page" type="button">Next page</button>
       </div>
       <table id="locks">
-        <thead><tr><th>Key</th><th>Owner</th><th>Holds</th><th>Token</th><th>Acquired (UTC)</th><th>Time left</th></tr></thead>
+        <thead><tr><th>Key</th><th>Owner</th><th>Holds</th><th>Token</th><th>Acquired (UTC)</th><th>Waiters</th><th>Time left</th></tr></thead>
         <tbody></tbody>
       </table>
       <div class="empty" id="no-locks" hidden>No held locks here.</div>
@@ -74,6 +74,7 @@ const char* const kAdminPage = R"page(<!doctype html>
         <dt>Fencing token</dt><dd id="detail-token"></dd>
         <dt>Holds</dt><dd id="detail-holds"></dd>
         <dt>Acquired (UTC)</dt><dd id="detail-acquired"></dd>
+        <dt>Waiters</dt><dd id="detail-waiters"></dd>
         <dt>Time left</dt><dd id="detail-ttl"></dd>
       </dl>
       <label>Reason, for the audit log<textarea id="reason" rows="2"></textarea></label>
@@ -129,6 +130,11 @@ function formatAcquired(heldForMs) {
   return new Date(Date.now() - heldForMs).toISOString().slice(0, 19).replace("T", " ");
 }
 
+// Only stores that queue waiters (redis://) know how many there are.
+function formatWaiters(waiters) {
+  return waiters === null || waiters === undefined ? "\u2013" : String(waiters);
+}
+
 function cell(row, className, text) {
   const td = row.insertCell();
   td.className = className;
@@ -178,6 +184,7 @@ async function refreshLocks() {
       cell(row, "holds num", String(lock.hold_count));
       cell(row, "token num", String(lock.token));
       cell(row, "acquired", formatAcquired(lock.held_for_ms));
+      cell(row, "waiters num", formatWaiters(lock.waiters));
       cell(row, "ttl", "");
       row.addEventListener("click", () => select(lock));
       rows.appendChild(row);
@@ -225,6 +232,7 @@ function showDetail(lock) {
   $("#detail-token").textContent = String(lock.token);
   $("#detail-holds").textContent = String(lock.hold_count);
   $("#detail-acquired").textContent = formatAcquired(lock.held_for_ms);
+  $("#detail-waiters").textContent = formatWaiters(lock.waiters);
   tick();
 }
 

@@ -338,6 +338,8 @@ test('admin page: list, live TTL, prefix search, force-release with reason and a
     assert.match(row.acquired, /^\d{4}-\d\d-\d\d \d\d:\d\d:\d\d$/, `.acquired is ${row.acquired}`);
     const age = Date.now() - Date.parse(row.acquired.replace(' ', 'T') + 'Z');
     assert.ok(age >= -2000 && age < 120_000, `.acquired ${row.acquired} is not about now`);
+    // Nobody waits: 0 where the store counts waiters (redis), a dash where it cannot.
+    assert.ok(['0', '\u2013'].includes(row.waiters), `.waiters is ${row.waiters}`);
   }
   const ordersRow = await stack.cells('#locks tbody tr[data-key="orders/42"]');
   assert.equal(ordersRow.holds, '1');

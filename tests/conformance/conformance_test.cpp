@@ -883,6 +883,32 @@ TEST_P(Conformance, HeldForCountsFromTheAcquisition) {
   EXPECT_LE(fresh->held_for->count(), elapsed + 1) << "a new acquisition did not restart held_for";
 }
 
+// Stores that queue waiters say how many wait, in inspect and list; the others say nothing.
+TEST_P(Conformance, WaitersAreCountedWhereTheStoreKnowsThem) {
+  Client holder = open();
+  Client waiting = open();
+  const std::string k = key();
+  Lease lease = holder.acquire(k, {.ttl = 10s});
+  std::optional<Attempt> got;
+  std::thread waiter([&] { got.emplace(waiting.try_acquire_for(k, 10s)); });
+  if (GetParam().counts_waiters) {
+    EXPECT_TRUE(eventually([&] { return holder.inspect(k)->waiters == 1u; }, 5s)) << "inspect does not count the waiter";
+    const auto page = holder.list(k);
+    ASSERT_EQ(page.locks.size(), 1u);
+    EXPECT_EQ(page.locks[0].waiters, 1u) << "list does not count the waiter";
+  } else {
+    std::this_thread::sleep_for(200ms);
+    EXPECT_FALSE(holder.inspect(k)->waiters);
+    EXPECT_FALSE(holder.list(k).locks.at(0).waiters);
+  }
+  lease.release();
+  waiter.join();
+  ASSERT_TRUE(got && *got) << "the waiter did not get the key";
+  const auto after = holder.inspect(k);  // held by the waiter now, which left the queue
+  ASSERT_TRUE(after);
+  if (GetParam().counts_waiters) EXPECT_EQ(after->waiters, 0u);
+}
+
 // Each client counts what it does and adds it to the store's totals: within a few seconds
 // while it stays open, and at once when it closes.
 TEST_P(Conformance, ActivityIsCountedAndAddedToTheStore) {

@@ -111,6 +111,7 @@ std::vector<BackendParam> all_backends() {
       p.make_url = [url](const std::filesystem::path&) { return url; };
     }
     if (scheme == "redis") {
+      p.counts_waiters = true;
       p.bad_location_url = "redis://127.0.0.1:1/0";  // nothing listens on port 1
       p.bad_location_names = "127.0.0.1:1";
       p.malformed_urls = {

@@ -37,6 +37,8 @@ struct BackendParam {
   bool records_acquisition_time = true;
   // False where the store keeps no activity totals (Backend::activity gives nothing).
   bool keeps_activity = true;
+  // True where inspect and list report how many clients wait (LockInfo::waiters).
+  bool counts_waiters = false;
   // Called with the test's URL for every key a test uses: row mode locks rows that must
   // exist. Empty for every other backend.
   std::function<void(const std::string& url, const std::string& key)> prepare_key;

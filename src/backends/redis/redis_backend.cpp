@@ -78,10 +78,12 @@ std::string lex_bound(char kind, std::string_view key) {
 std::uint64_t u64(const redisReply* reply) { return static_cast<std::uint64_t>(std::max<std::int64_t>(integer(reply), 0)); }
 
 LockInfo lock_info(std::string key, const redisReply* owner, const redisReply* token, const redisReply* holds,
-                   const redisReply* pttl, const redisReply* held_ms) {
+                   const redisReply* pttl, const redisReply* held_ms, const redisReply* waiters = nullptr) {
   // A live lock has at least a millisecond left: waiters never wait for a 0 ms lease.
-  return LockInfo{std::move(key), text(owner), u64(token), static_cast<std::uint32_t>(u64(holds)),
-                  milliseconds(std::max<std::int64_t>(integer(pttl), 1)), milliseconds(integer(held_ms))};
+  LockInfo info{std::move(key), text(owner), u64(token), static_cast<std::uint32_t>(u64(holds)),
+                milliseconds(std::max<std::int64_t>(integer(pttl), 1)), milliseconds(integer(held_ms))};
+  if (waiters) info.waiters = static_cast<std::uint32_t>(u64(waiters));
+  return info;
 }
 
 class WaitChannel;
@@ -123,10 +125,10 @@ class RedisBackend final : public backend::Backend {
   std::optional<LockInfo> inspect(std::string_view key) override {
     const LockKeys keys = lock_keys(key);
     auto connection = take(key);
-    const Reply reply = run(*connection, kInspect, {keys.lock}, {}, key, false);
+    const Reply reply = run(*connection, kInspect, {keys.lock, keys.queue}, {}, key, false);
     if (is_nil(reply.get())) return std::nullopt;
     return lock_info(std::string(key), reply->element[0], reply->element[1], reply->element[2], reply->element[3],
-                     reply->element[4]);
+                     reply->element[4], reply->element[5]);
   }
 
   ListPage list(std::string_view prefix, std::string_view after, std::size_t limit) override;
@@ -427,10 +429,10 @@ ListPage RedisBackend::list(std::string_view prefix, std::string_view after, std
   auto connection = take(prefix);
   const Reply reply = run(*connection, kList, {held_}, {settings_.ns, min, max, want, cap}, prefix, false);
   ListPage page;
-  const std::size_t found = (reply->elements - 2) / 6;
+  const std::size_t found = (reply->elements - 2) / 7;
   for (std::size_t i = 0; i < found && page.locks.size() < page_max; ++i) {
-    redisReply** e = reply->element + 2 + i * 6;
-    page.locks.push_back(lock_info(text(e[0]), e[1], e[2], e[3], e[4], e[5]));
+    redisReply** e = reply->element + 2 + i * 7;
+    page.locks.push_back(lock_info(text(e[0]), e[1], e[2], e[3], e[4], e[5], e[6]));
   }
   if (found > page_max) {
     page.next_after = page.locks.back().key;

@@ -1,8 +1,8 @@
 -- One page of held locks from the index. KEYS[1] dlock:held; ARGV: namespace ('dlock'),
 -- ZRANGEBYLEX min and max, want (locks to find), cap (index entries to look at, at most).
 -- Entries whose lease ran out are dropped from the index on the way. Returns {done, last
--- looked at, key1, owner1, token1, holds1, pttl1, held_ms1, key2, ...}; done is 1 when the
--- range ended.
+-- looked at, key1, owner1, token1, holds1, pttl1, held_ms1, waiters1, key2, ...}; done is 1
+-- when the range ended.
 local ns, min, max, want, cap = ARGV[1], ARGV[2], ARGV[3], tonumber(ARGV[4]), tonumber(ARGV[5])
 local out = {0, ''}
 local found, seen = 0, 0
@@ -19,7 +19,8 @@ while found < want and seen < cap do
     local o, t, holds, at = read_lock(lock)
     if o then
       found = found + 1
-      for _, v in ipairs({key, o, t, holds, redis.call('PTTL', lock), held_ms(at)}) do out[#out + 1] = v end
+      local row = {key, o, t, holds, redis.call('PTTL', lock), held_ms(at), redis.call('LLEN', lock .. ':q')}
+      for _, v in ipairs(row) do out[#out + 1] = v end
     else
       redis.call('ZREM', KEYS[1], key)
     end
