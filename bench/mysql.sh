@@ -48,11 +48,14 @@ for mode in lease session row; do
   "$dlock" --url "$url" run run-key -- true
   sql "SET GLOBAL general_log = OFF;"
   grep $' Execute\t' "$dir/general-$mode.log" | sed 's/^.*Execute\t//' >"$dir/executed-$mode" || true
-  # Set-up, once per process: the table probe (row mode: information_schema).
-  setup='_seq` WHERE id = 0$|AS added ON TRUE WHERE s.id = 0$|information_schema'
+  # Once per process: the table probe (row mode: information_schema) and the activity counts
+  # added at exit (lease and session modes).
+  setup='_seq` WHERE id = 0$|ON TRUE WHERE s.id = 0$|information_schema'
+  activity='^INSERT INTO `[A-Za-z0-9_]*_activity`'
   executed=$(wc -l <"$dir/executed-$mode")
-  lock_statements=$(grep -cEv "$setup" "$dir/executed-$mode" || true)
-  echo "{\"backend\":\"mysql\",\"mode\":\"$mode\",\"what\":\"statements of one dlock run\",\"executed\":$executed,\"lock_statements\":$lock_statements}"
+  activity_statements=$(grep -cE "$activity" "$dir/executed-$mode" || true)
+  lock_statements=$(grep -Ev "$setup" "$dir/executed-$mode" | grep -cEv "$activity" || true)
+  echo "{\"backend\":\"mysql\",\"mode\":\"$mode\",\"what\":\"statements of one dlock run\",\"executed\":$executed,\"lock_statements\":$lock_statements,\"activity_statements\":$activity_statements}"
   sed "s/^/  $mode: /" "$dir/executed-$mode" | cut -c1-150 >&2
 done
 

@@ -211,6 +211,9 @@ class DLOCK_EXPORT Client {
   Activity activity() const;
   // The totals over every client of the store, or nothing where the backend keeps none.
   std::optional<Activity> store_activity() const;
+  // Adds what this client counted to the store's totals now, for a process about to end
+  // without closing it (_exit). Throws what the backend throws.
+  void flush_activity() const;
   // One round trip to the backend; returns how long it took.
   std::chrono::nanoseconds ping() const;
 

@@ -467,7 +467,12 @@ int run_command(const GlobalOptions& global, RunOptions& options) {
                     e.what()));
   }
   // Nothing is held any more. Unwinding would join the client's threads and close its
-  // connections only for the kernel to do the same, while the caller waits on our exit.
+  // connections only for the kernel to do the same, while the caller waits on our exit. Only
+  // the activity counts (dlock serve's /metrics) are worth a round trip first.
+  try {
+    client.flush_activity();
+  } catch (const Error&) {
+  }
   std::fflush(nullptr);
   ::_exit(*status);
 }

@@ -652,6 +652,8 @@ Activity Client::activity() const { return state_->activity.totals(); }
 
 std::optional<Activity> Client::store_activity() const { return state_->backend->activity(); }
 
+void Client::flush_activity() const { state_->activity.flush(*state_->backend); }
+
 std::chrono::nanoseconds Client::ping() const {
   const auto start = std::chrono::steady_clock::now();
   state_->backend->ping();
