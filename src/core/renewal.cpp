@@ -10,18 +10,18 @@ RenewalScheduler::~RenewalScheduler() {
 
 RenewalScheduler::TaskId RenewalScheduler::schedule(Clock::time_point due, Task task) {
   TaskId id = 0;
-  bool earliest = false;
+  bool sooner = false;
   {
     std::lock_guard lock(shared_->mutex);
     id = shared_->next_id++;
     shared_->queue.emplace(Key{due, id}, std::move(task));
     shared_->due.emplace(id, due);
-    earliest = shared_->queue.begin()->first.second == id;
+    sooner = due < shared_->wakes_at;
     if (!thread_.joinable()) {
       thread_ = std::jthread([shared = shared_](std::stop_token stop) { run(shared, stop); });
     }
   }
-  if (earliest) shared_->wake.notify_one();
+  if (sooner) shared_->wake.notify_one();
   return id;
 }
 
@@ -42,12 +42,18 @@ void RenewalScheduler::run(const std::shared_ptr<Shared>& shared, std::stop_toke
   auto& queue = shared->queue;
   while (!stop.stop_requested()) {
     if (queue.empty()) {
-      shared->wake.wait(lock, stop, [&] { return !queue.empty(); });
+      shared->wakes_at = Clock::time_point::max();
+      shared->wake.wait(lock, stop, [&] { return !queue.empty() && queue.begin()->first.first < shared->wakes_at; });
+      shared->wakes_at = Clock::time_point::min();
       continue;
     }
     const Key first = queue.begin()->first;
     if (Clock::now() < first.first) {
-      shared->wake.wait_until(lock, stop, first.first, [&] { return queue.empty() || queue.begin()->first < first; });
+      // Sleeps until the earliest task's time even if it is cancelled meanwhile: see wakes_at.
+      shared->wakes_at = first.first;
+      shared->wake.wait_until(lock, stop, first.first,
+                              [&] { return !queue.empty() && queue.begin()->first.first < shared->wakes_at; });
+      shared->wakes_at = Clock::time_point::min();
       continue;
     }
     Task task = std::move(queue.begin()->second);

@@ -43,6 +43,11 @@ class RenewalScheduler {
     std::map<Key, Task> queue;
     std::unordered_map<TaskId, Clock::time_point> due;  // queued tasks only
     TaskId next_id = 1;
+    // When the thread wakes on its own: min() while it is awake (it looks at the queue before
+    // it sleeps again), max() while it sleeps with nothing due. A task due no earlier needs no
+    // notify: a lock taken and released leaves its cancelled tasks' wake-up in place, and the
+    // next lock's tasks (due later) then cost the threads no wake-up at all.
+    Clock::time_point wakes_at = Clock::time_point::min();
     TaskId running = 0;
     bool running_cancelled = false;
   };
