@@ -906,7 +906,9 @@ TEST_P(Conformance, WaitersAreCountedWhereTheStoreKnowsThem) {
   ASSERT_TRUE(got && *got) << "the waiter did not get the key";
   const auto after = holder.inspect(k);  // held by the waiter now, which left the queue
   ASSERT_TRUE(after);
-  if (GetParam().counts_waiters) EXPECT_EQ(after->waiters, 0u);
+  if (GetParam().counts_waiters) {
+    EXPECT_EQ(after->waiters, 0u);
+  }
 }
 
 // Each client counts what it does and adds it to the store's totals: within a few seconds
