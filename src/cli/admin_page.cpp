@@ -29,6 +29,7 @@ const char* const kAdminPage = R"page(<!doctype html>
   td.num { text-align: right; font-variant-numeric: tabular-nums; }
   #audit { overflow-x: auto; }
   #audit td.key { overflow-wrap: normal; white-space: nowrap; }
+  #audit td.token { overflow-wrap: anywhere; }  /* redis tokens have 16 digits: keep Reason in view */
   td.ttl { white-space: nowrap; font-variant-numeric: tabular-nums; }
   td.ttl.low { color: #b42318; font-weight: 600; }
   #locks tbody tr { cursor: pointer; }
