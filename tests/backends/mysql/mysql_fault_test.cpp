@@ -36,6 +36,7 @@
 #include "dlock/client.hpp"
 #include "dlock/errors.hpp"
 #include "support/mysql_rows.hpp"
+#include "support/server_test.hpp"
 
 #ifndef DLOCK_MARIADB_SCRIPT
 #error "DLOCK_MARIADB_SCRIPT must name scripts/servers/mariadb.sh"
@@ -47,22 +48,11 @@ namespace {
 using namespace std::chrono_literals;
 using Clock = std::chrono::steady_clock;
 
-std::optional<std::string> env(const char* name) {
-  const char* value = std::getenv(name);  // NOLINT(concurrency-mt-unsafe): nothing sets it
-  if (!value || !*value) return std::nullopt;
-  return std::string(value);
-}
-
-long long ms(Clock::duration d) { return std::chrono::duration_cast<std::chrono::milliseconds>(d).count(); }
-
-bool eventually(const std::function<bool()>& condition, Clock::duration timeout) {
-  const auto deadline = Clock::now() + timeout;
-  for (;;) {
-    if (condition()) return true;
-    if (Clock::now() >= deadline) return false;
-    std::this_thread::sleep_for(20ms);
-  }
-}
+using test::env;
+using test::eventually;
+using test::ms;
+using test::random_hex;
+using test::with_option;
 
 // mysql://user:password@host:port/database[?query], as mariadb.sh writes them.
 struct UrlParts {
@@ -99,19 +89,6 @@ struct UrlParts {
     return url;
   }
 };
-
-std::string with_option(const std::string& url, const std::string& option) {
-  return url + (url.find('?') == std::string::npos ? "?" : "&") + option;
-}
-
-std::string random_hex(int digits) {
-  static std::mutex mutex;
-  static std::mt19937_64 generator{std::random_device{}()};
-  std::lock_guard lock(mutex);
-  std::string out;
-  for (int i = 0; i < digits; ++i) out += "0123456789abcdef"[generator() % 16];
-  return out;
-}
 
 // A raw Connector/C session, for what dlock itself must not do: KILL, DDL as admin, clean-up.
 class RawConnection {

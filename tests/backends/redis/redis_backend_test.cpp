@@ -38,6 +38,7 @@
 #include "dlock/client.hpp"
 #include "dlock/errors.hpp"
 #include "support/child_process.hpp"
+#include "support/server_test.hpp"
 
 #ifndef DLOCK_REDIS_SCRIPT
 #error "DLOCK_REDIS_SCRIPT must name scripts/servers/redis.sh"
@@ -49,35 +50,11 @@ namespace {
 using namespace std::chrono_literals;
 using Clock = std::chrono::steady_clock;
 
-std::optional<std::string> env(const char* name) {
-  const char* value = std::getenv(name);  // NOLINT(concurrency-mt-unsafe): nothing sets it
-  if (!value || !*value) return std::nullopt;
-  return std::string(value);
-}
-
-long long ms(Clock::duration d) { return std::chrono::duration_cast<std::chrono::milliseconds>(d).count(); }
-
-bool eventually(const std::function<bool()>& condition, Clock::duration timeout) {
-  const auto deadline = Clock::now() + timeout;
-  for (;;) {
-    if (condition()) return true;
-    if (Clock::now() >= deadline) return false;
-    std::this_thread::sleep_for(10ms);
-  }
-}
-
-std::string random_hex(int digits) {
-  static std::mutex mutex;
-  static std::mt19937_64 generator{std::random_device{}()};
-  std::lock_guard lock(mutex);
-  std::string out;
-  for (int i = 0; i < digits; ++i) out += "0123456789abcdef"[generator() % 16];
-  return out;
-}
-
-std::string with_option(const std::string& url, const std::string& option) {
-  return url + (url.find('?') == std::string::npos ? "?" : "&") + option;
-}
+using test::env;
+using test::eventually;
+using test::ms;
+using test::random_hex;
+using test::with_option;
 
 // A raw connection, for what dlock itself never does: SCRIPT FLUSH, reading its keys.
 class Raw {
