@@ -1,8 +1,14 @@
-# Writes OUT, a header with each Lua script of DIR named in SCRIPTS (comma-separated) as a string constant,
-# common.lua prepended to each (Redis runs every script on its own). Run with cmake -P.
+# Writes OUT, a header with each Lua script of DIR named in SCRIPTS (comma-separated) as a string constant
+# in namespace NAMESPACE, the files of COMMON (comma-separated paths) prepended to each, as Redis runs every
+# script on its own. Run with cmake -P.
 #   kAcquireLua for acquire.lua, kForceReleaseLua for force_release.lua, ...
-file(READ "${DIR}/common.lua" common)
-set(text "// Generated from ${DIR} by cmake/embed_lua.cmake: do not edit.\n#pragma once\n\n#include <string_view>\n\nnamespace dlock::backends::redis::lua {\n")
+set(common "")
+string(REPLACE "," ";" common_files "${COMMON}")
+foreach(file IN LISTS common_files)
+  file(READ "${file}" part)
+  string(APPEND common "${part}")
+endforeach()
+set(text "// Generated from ${DIR} by cmake/embed_lua.cmake: do not edit.\n#pragma once\n\n#include <string_view>\n\nnamespace ${NAMESPACE} {\n")
 string(REPLACE "," ";" names "${SCRIPTS}")
 foreach(name IN LISTS names)
   file(READ "${DIR}/${name}.lua" body)
@@ -16,7 +22,7 @@ foreach(name IN LISTS names)
   endforeach()
   string(APPEND text "\ninline constexpr std::string_view k${camel}Lua = R\"dlocklua(${common}\n-- ${name}.lua\n${body})dlocklua\";\n")
 endforeach()
-string(APPEND text "\n}  // namespace dlock::backends::redis::lua\n")
+string(APPEND text "\n}  // namespace ${NAMESPACE}\n")
 file(WRITE "${OUT}.tmp" "${text}")
 file(COPY_FILE "${OUT}.tmp" "${OUT}" ONLY_IF_DIFFERENT)
 file(REMOVE "${OUT}.tmp")

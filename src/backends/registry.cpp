@@ -10,6 +10,7 @@
 #endif
 #if DLOCK_WITH_REDIS
 #include "backends/redis/redis_backend.hpp"
+#include "backends/redlock/redlock_backend.hpp"
 #endif
 
 namespace dlock::backends {
@@ -25,6 +26,7 @@ std::shared_ptr<backend::Backend> open_backend(const core::Url& url) {
 #if DLOCK_WITH_REDIS
   // rediss:// too, to be refused with the reason (no TLS in hiredis 0.14).
   if (url.scheme == "redis" || url.scheme == "rediss") return make_redis_backend(url);
+  if (url.scheme == "redlock") return make_redlock_backend(url);
 #endif
   std::string built_in = "local://";
 #if DLOCK_WITH_SQLITE
@@ -34,7 +36,7 @@ std::shared_ptr<backend::Backend> open_backend(const core::Url& url) {
   built_in += ", mysql://USER:PASSWORD@HOST:PORT/DATABASE";
 #endif
 #if DLOCK_WITH_REDIS
-  built_in += ", redis://[USER:PASSWORD@]HOST:PORT/DB";
+  built_in += ", redis://[USER:PASSWORD@]HOST:PORT/DB, redlock://HOST1:PORT,HOST2:PORT,HOST3:PORT";
 #endif
   throw ConfigurationError("unknown backend '" + url.scheme + "://' in URL " + url.redacted() +
                            " (this build supports: " + built_in + ")");

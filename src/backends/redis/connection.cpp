@@ -3,6 +3,7 @@
 #include <sys/socket.h>
 #include <sys/time.h>
 
+#include <algorithm>
 #include <cerrno>
 #include <charconv>
 #include <cstring>
@@ -187,6 +188,21 @@ Reply Connection::blocking(const std::vector<std::string_view>& args, std::chron
   return reply;
 }
 
+void Connection::send(const std::vector<std::string_view>& args) {
+  append(args);
+  for (int done = 0; !done;) {
+    if (redisBufferWrite(context_.get(), &done) != REDIS_OK) fail(false);
+  }
+}
+
+Reply Connection::receive(std::chrono::milliseconds timeout) {
+  if (timeout >= endpoint_.command_timeout) return read(true);
+  set_timeout(std::max(timeout, std::chrono::milliseconds(1)));
+  Reply reply = read(true);
+  set_timeout(endpoint_.command_timeout);
+  return reply;
+}
+
 std::vector<Reply> Connection::pipeline(const std::vector<std::vector<std::string_view>>& commands) {
   for (const auto& args : commands) append(args);
   std::vector<Reply> replies;
@@ -245,23 +261,40 @@ std::string Scripts::sha(std::size_t index) {
   return shas_.at(index);
 }
 
-Reply Scripts::run(Connection& connection, std::size_t index, const std::vector<std::string_view>& keys,
-                   const std::vector<std::string_view>& args) {
-  std::string sha = this->sha(index);
-  if (sha.empty()) sha = load(connection, index);
-  const std::string count = std::to_string(keys.size());
+std::vector<std::string_view> Scripts::evalsha(const std::string& sha, const std::vector<std::string_view>& keys,
+                                               const std::vector<std::string_view>& args, std::string& count) const {
+  count = std::to_string(keys.size());
   std::vector<std::string_view> command{"EVALSHA", sha, count};
   command.insert(command.end(), keys.begin(), keys.end());
   command.insert(command.end(), args.begin(), args.end());
+  return command;
+}
+
+Reply Scripts::run(Connection& connection, std::size_t index, const std::vector<std::string_view>& keys,
+                   const std::vector<std::string_view>& args) {
+  start(connection, index, keys, args);
+  return finish(connection, index, keys, args, std::chrono::milliseconds::max());
+}
+
+void Scripts::start(Connection& connection, std::size_t index, const std::vector<std::string_view>& keys,
+                    const std::vector<std::string_view>& args) {
+  std::string sha = this->sha(index);
+  if (sha.empty()) sha = load(connection, index);
+  std::string count;
+  connection.send(evalsha(sha, keys, args, count));
+}
+
+Reply Scripts::finish(Connection& connection, std::size_t index, const std::vector<std::string_view>& keys,
+                      const std::vector<std::string_view>& args, std::chrono::milliseconds timeout) {
   try {
-    return connection.command(command);
+    return connection.receive(timeout);
   } catch (const RedisError& e) {
     // The server lost its script cache (SCRIPT FLUSH, restart): the script did not run.
     if (e.connection || e.message.rfind("NOSCRIPT", 0) != 0) throw;
   }
   const std::string reloaded = load(connection, index);
-  command[1] = reloaded;
-  return connection.command(command);
+  std::string count;
+  return connection.command(evalsha(reloaded, keys, args, count));
 }
 
 }  // namespace dlock::backends::redis

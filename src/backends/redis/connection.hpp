@@ -75,6 +75,11 @@ class Connection {
   Reply blocking(const std::vector<std::string_view>& args, std::chrono::milliseconds wait);
   // Several commands in one write; every reply, error replies included (not thrown).
   std::vector<Reply> pipeline(const std::vector<std::vector<std::string_view>>& commands);
+  // One command split in two, to have several servers work on a request at once (Redlock):
+  // send() writes it; receive() reads its answer, waiting at most `timeout` (the command
+  // timeout when longer). Throws RedisError; an error reply too.
+  void send(const std::vector<std::string_view>& args);
+  Reply receive(std::chrono::milliseconds timeout);
 
   // After a failure the connection is unusable.
   bool broken() const noexcept { return context_ == nullptr || context_->err != 0; }
@@ -151,10 +156,19 @@ class Scripts {
   // EVALSHA of script `index` (its place in `sources`). Throws RedisError.
   Reply run(Connection& connection, std::size_t index, const std::vector<std::string_view>& keys,
             const std::vector<std::string_view>& args);
+  // run() split in two (see Connection::send): start() sends the EVALSHA; finish() reads its
+  // answer and, after NOSCRIPT, loads the script and runs it again, taking the same keys and
+  // args. Throws RedisError.
+  void start(Connection& connection, std::size_t index, const std::vector<std::string_view>& keys,
+             const std::vector<std::string_view>& args);
+  Reply finish(Connection& connection, std::size_t index, const std::vector<std::string_view>& keys,
+               const std::vector<std::string_view>& args, std::chrono::milliseconds timeout);
 
  private:
   std::string load(Connection& connection, std::size_t index);
   std::string sha(std::size_t index);
+  std::vector<std::string_view> evalsha(const std::string& sha, const std::vector<std::string_view>& keys,
+                                        const std::vector<std::string_view>& args, std::string& count) const;
 
   std::vector<std::string_view> sources_;
   std::mutex mutex_;

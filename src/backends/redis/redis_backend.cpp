@@ -9,12 +9,11 @@
 #include <algorithm>
 #include <array>
 #include <atomic>
-#include <cctype>
 #include <cstdio>
-#include <random>
 #include <thread>
 
 #include "backends/redis/connection.hpp"
+#include "backends/redis/keys.hpp"
 #include "backends/redis/lua_scripts.hpp"
 #include "dlock/errors.hpp"
 
@@ -26,9 +25,6 @@ using Clock = std::chrono::steady_clock;
 using std::chrono::milliseconds;
 
 const std::string kName = "redis";
-// The default namespace: the first part of every key dlock writes (see lua/common.lua).
-const std::string kDefaultNamespace = "dlock";
-constexpr std::size_t kMaxNamespace = 64;
 // A waiter refreshes its queue entry at least this often while it sleeps, and the server
 // drops an entry not refreshed for kAlive: a killed waiter is passed over after that.
 constexpr milliseconds kHeartbeat{1'000};
@@ -50,41 +46,6 @@ struct Settings {
   bool fair = false;
   std::string ns = kDefaultNamespace;
 };
-
-// The Redis keys of one lock (lua/common.lua).
-struct LockKeys {
-  LockKeys(const std::string& ns, std::string_view key_, const std::string& held, const std::string& known)
-      : key(key_), lock(ns + ":{" + std::string(key_) + "}"), seq(lock + ":seq"), queue(lock + ":q"),
-        waiters(lock + ":qi"), held_(held), known_(known) {}
-  // KEYS[1..6] of the lock's scripts.
-  std::vector<std::string_view> all() const { return {lock, seq, queue, waiters, held_, known_}; }
-  std::string box(const std::string& waiter) const { return lock + ":w:" + waiter; }
-
-  std::string_view key;
-  std::string lock, seq, queue, waiters;
-
- private:
-  const std::string& held_;
-  const std::string& known_;
-};
-
-// A ZRANGEBYLEX bound: '[' inclusive, '(' exclusive.
-std::string lex_bound(char kind, std::string_view key) {
-  std::string bound(1, kind);
-  bound += key;
-  return bound;
-}
-
-std::uint64_t u64(const redisReply* reply) { return static_cast<std::uint64_t>(std::max<std::int64_t>(integer(reply), 0)); }
-
-LockInfo lock_info(std::string key, const redisReply* owner, const redisReply* token, const redisReply* holds,
-                   const redisReply* pttl, const redisReply* held_ms, const redisReply* waiters = nullptr) {
-  // A live lock has at least a millisecond left: waiters never wait for a 0 ms lease.
-  LockInfo info{std::move(key), text(owner), u64(token), static_cast<std::uint32_t>(u64(holds)),
-                milliseconds(std::max<std::int64_t>(integer(pttl), 1)), milliseconds(integer(held_ms))};
-  if (waiters) info.waiters = static_cast<std::uint32_t>(u64(waiters));
-  return info;
-}
 
 class WaitChannel;
 
@@ -154,29 +115,22 @@ class RedisBackend final : public backend::Backend {
   }
 
   void add_activity(const Activity& delta) override {
-    std::vector<std::string> counts;
-    for (const std::uint64_t n : {delta.acquisitions, delta.conflicts, delta.waits, delta.wait_us, delta.renewals,
-                                  delta.losses}) {
-      counts.push_back(std::to_string(n));
-    }
+    const std::vector<std::string> counts = activity_counts(delta);
     auto connection = take({});
-    run(*connection, kAddActivity, {activity_}, {counts.begin(), counts.end()}, {});
+    run(*connection, kAddActivity, {store_.activity}, {counts.begin(), counts.end()}, {});
   }
 
   std::optional<Activity> activity() override {
     auto connection = take({});
-    Reply reply;
+    std::vector<std::string_view> command{"HMGET", store_.activity};
+    command.insert(command.end(), std::begin(kActivityFields), std::end(kActivityFields));
+    Activity total;
     try {
-      reply = connection->command({"HMGET", activity_, "acquisitions", "conflicts", "waits", "wait_us", "renewals",
-                                   "losses"});
+      add_activity_reply(connection->command(command).get(), total);
     } catch (const RedisError& e) {
       fail(e, {}, false);
     }
-    std::array<std::uint64_t, 6> n{};
-    for (std::size_t i = 0; i < n.size(); ++i) {
-      if (!is_nil(reply->element[i])) n[i] = std::stoull(text(reply->element[i]));
-    }
-    return Activity{n[0], n[1], n[2], n[3], n[4], n[5]};
+    return total;
   }
 
   std::size_t collect_idle() override {
@@ -185,7 +139,7 @@ class RedisBackend final : public backend::Backend {
     const std::string batch = std::to_string(kCollectBatch);
     auto connection = take({});
     for (;;) {
-      const Reply reply = run(*connection, kCollect, {known_, held_}, {settings_.ns, from, batch}, {});
+      const Reply reply = run(*connection, kCollect, {store_.known, store_.held}, {settings_.ns, from, batch}, {});
       removed += u64(reply->element[0]);
       if (integer(reply->element[1]) == 1) return removed;
       from = lex_bound('(', text(reply->element[2]));
@@ -193,7 +147,7 @@ class RedisBackend final : public backend::Backend {
   }
 
   // For the wait channel.
-  LockKeys lock_keys(std::string_view key) const { return LockKeys(settings_.ns, key, held_, known_); }
+  LockKeys lock_keys(std::string_view key) const { return LockKeys(settings_.ns, key, store_.held, store_.known); }
   const Settings& settings() const noexcept { return settings_; }
   std::string new_waiter_id() { return waiter_prefix_ + "." + std::to_string(++waiters_); }
   Pool& pool() noexcept { return pool_; }
@@ -223,19 +177,10 @@ class RedisBackend final : public backend::Backend {
   const std::string& alive_ms() const noexcept { return alive_ms_; }
 
  private:
-  static std::string random_hex() {
-    std::random_device device;
-    char hex[17];
-    std::snprintf(hex, sizeof hex, "%08x%08x", device(), device());
-    return hex;
-  }
-
   Settings settings_;
   Pool pool_;
   Scripts scripts_;
-  const std::string held_ = settings_.ns + ":held";
-  const std::string known_ = settings_.ns + ":keys";
-  const std::string activity_ = settings_.ns + ":activity";  // the store's activity totals (a hash)
+  const StoreKeys store_{settings_.ns};
   const std::string alive_ms_ = std::to_string(kAlive.count());
   const std::string waiter_prefix_;
   std::atomic<std::uint64_t> waiters_{0};
@@ -416,18 +361,12 @@ std::unique_ptr<backend::WakeChannel> RedisBackend::wake_channel(std::string_vie
 
 ListPage RedisBackend::list(std::string_view prefix, std::string_view after, std::size_t limit) {
   if (limit == 0) return {};
-  // [prefix, prefix with its last byte raised): bytewise, as the index sorts (score 0).
-  std::string end(prefix);
-  while (!end.empty() && static_cast<unsigned char>(end.back()) == 0xff) end.pop_back();
-  if (!end.empty()) end.back() = static_cast<char>(static_cast<unsigned char>(end.back()) + 1);
-  std::string min = prefix.empty() ? "-" : lex_bound('[', prefix);
-  if (!after.empty() && after >= prefix) min = lex_bound('(', after);
-  const std::string max = end.empty() ? "+" : lex_bound('(', end);
+  const LexRange range = list_range(prefix, after);
   const std::size_t page_max = std::min(limit, kMaxPage);
   const std::string want = std::to_string(page_max + 1);
   const std::string cap = std::to_string(page_max + 1 + kMaxStale);
   auto connection = take(prefix);
-  const Reply reply = run(*connection, kList, {held_}, {settings_.ns, min, max, want, cap}, prefix, false);
+  const Reply reply = run(*connection, kList, {store_.held}, {settings_.ns, range.min, range.max, want, cap}, prefix, false);
   ListPage page;
   const std::size_t found = (reply->elements - 2) / 7;
   for (std::size_t i = 0; i < found && page.locks.size() < page_max; ++i) {
@@ -451,17 +390,8 @@ std::shared_ptr<backend::Backend> make_redis_backend(const core::Url& url) {
   redis::Settings settings;
   settings.endpoint = redis::parse_endpoint(url, options);
   settings.fair = options.take_bool("fair").value_or(false);
-  settings.ns = options.take_string("namespace").value_or(redis::kDefaultNamespace);
+  settings.ns = redis::take_namespace(options, url.scheme);
   options.finish();
-  const bool valid = !settings.ns.empty() && settings.ns.size() <= redis::kMaxNamespace &&
-                     std::all_of(settings.ns.begin(), settings.ns.end(), [](char c) {
-                       return std::isalnum(static_cast<unsigned char>(c)) || c == '_' || c == '-' || c == '.';
-                     });
-  if (!valid) {
-    throw ConfigurationError("redis:// namespace '" + settings.ns + "' must be 1 to " +
-                                 std::to_string(redis::kMaxNamespace) + " letters, digits, '_', '-' or '.'",
-                             redis::kName);
-  }
   return std::make_shared<redis::RedisBackend>(std::move(settings));
 }
 

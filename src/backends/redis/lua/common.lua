@@ -108,6 +108,18 @@ local function leave_queue(L, id)
   redis.call('HDEL', L.waiters, id)
 end
 
+-- Frees the key whoever holds it and hands it to the first live waiter. Returns what was held,
+-- {owner, token, holds, pttl_ms, held_ms}, or nil.
+local function evict(L)
+  local o, t, holds, at = read_lock(L.lock)
+  if not o then return nil end
+  local pttl = redis.call('PTTL', L.lock)
+  redis.call('DEL', L.lock)
+  redis.call('ZREM', L.held, L.key)
+  hand_off(L)
+  return {o, t, holds, pttl, held_ms(at)}
+end
+
 -- Drops one hold of (owner, token); the last one frees the key or hands it on. Returns the
 -- holds left, or -1 when that acquisition no longer holds the key.
 local function drop_hold(L, owner, token)

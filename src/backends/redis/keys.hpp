@@ -1,0 +1,75 @@
+#pragma once
+
+// What redis:// and redlock:// share above the connection: the keys of a lock (lua/common.lua
+// lays them out), reading the scripts' answers, the namespace option and list's key ranges.
+
+#include <hiredis/hiredis.h>
+
+#include <cstdint>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "core/url.hpp"
+#include "dlock/types.hpp"
+
+namespace dlock::backends::redis {
+
+// The default namespace: the first part of every key dlock writes.
+inline const std::string kDefaultNamespace = "dlock";
+
+// The namespace= option of `options` (1–64 letters, digits, '_', '-', '.'), or the default.
+// Throws ConfigurationError naming the rule.
+std::string take_namespace(core::UrlOptions& options, const std::string& scheme);
+
+// The keys of one lock and the store's indexes, as the scripts take them (KEYS[1..6]).
+class LockKeys {
+ public:
+  LockKeys(const std::string& ns, std::string_view key_, const std::string& held, const std::string& known)
+      : key(key_), lock(ns + ":{" + std::string(key_) + "}"), seq(lock + ":seq"), queue(lock + ":q"),
+        waiters(lock + ":qi"), held_(held), known_(known) {}
+  std::vector<std::string_view> all() const { return {lock, seq, queue, waiters, held_, known_}; }
+  // redis://'s waiter box; redlock://'s sleepers and bell.
+  std::string box(const std::string& waiter) const { return lock + ":w:" + waiter; }
+  std::string sleepers() const { return lock + ":sl"; }
+  std::string bell() const { return lock + ":bell"; }
+
+  std::string_view key;
+  std::string lock, seq, queue, waiters;
+
+ private:
+  const std::string& held_;
+  const std::string& known_;
+};
+
+// The store-wide keys of a namespace.
+struct StoreKeys {
+  explicit StoreKeys(const std::string& ns) : held(ns + ":held"), known(ns + ":keys"), activity(ns + ":activity") {}
+  std::string held;      // sorted set of keys that may be held, for list
+  std::string known;     // sorted set of keys with a counter, for collect_idle
+  std::string activity;  // hash of the activity totals
+};
+
+// The names of the activity hash's fields (add_activity.lua's order) and the values of a delta.
+inline constexpr const char* kActivityFields[] = {"acquisitions", "conflicts", "waits", "wait_us", "renewals", "losses"};
+std::vector<std::string> activity_counts(const Activity& delta);
+// Adds an HMGET reply of kActivityFields to `total`.
+void add_activity_reply(const redisReply* reply, Activity& total);
+
+// ZRANGEBYLEX bounds of list(prefix, after): min and max.
+struct LexRange {
+  std::string min, max;
+};
+LexRange list_range(std::string_view prefix, std::string_view after);
+// A ZRANGEBYLEX bound: '[' inclusive, '(' exclusive.
+std::string lex_bound(char kind, std::string_view key);
+
+// 16 random hex digits: tells this process's waiter ids from other processes'.
+std::string random_hex();
+
+std::uint64_t u64(const redisReply* reply);
+// A holder as the scripts report it: owner, token, holds, pttl_ms, held_ms (and waiters).
+LockInfo lock_info(std::string key, const redisReply* owner, const redisReply* token, const redisReply* holds,
+                   const redisReply* pttl, const redisReply* held_ms, const redisReply* waiters = nullptr);
+
+}  // namespace dlock::backends::redis

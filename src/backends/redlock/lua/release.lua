@@ -1,0 +1,6 @@
+-- KEYS[1..8]; ARGV: key, owner, token, alive_ms ('0': no bell, when undoing a partial
+-- acquisition). The holds left (the last one frees the key and rings the bell), or -1 when
+-- (owner, token) no longer holds it here.
+local left = drop_hold(lock_keys(ARGV[1]), ARGV[2], ARGV[3])
+if left == 0 and ARGV[4] ~= '0' then ring(KEYS[7], KEYS[8], ARGV[4]) end
+return left

@@ -1,0 +1,758 @@
+// redlock://: Redlock over N independent Redis servers, with fencing tokens.
+//
+// Every operation runs one script on all servers at once: the EVALSHA goes out to each, then
+// the answers are read in turn, so a round costs the slowest server's round trip, not their
+// sum. The scripts are redis://'s (one server's lock: owner, hold count, token, lease judged by
+// that server's clock) plus a few of lua/*.lua. An acquisition holds when a majority granted it
+// within the lease's validity time (TTL minus the time taken minus clock drift); otherwise the
+// grants are released and the attempt reports the key held, with a short random back-off when
+// nobody holds a majority either (votes split between contenders, or a release under way).
+//
+// Fencing: each server draws its own token (INCR of the key's counter). The acquisition takes
+// the highest one granted and, in a second round made only when the grants differ, raises the
+// others to it (lua/adopt.lua), so a majority ends with that token and a counter at least as
+// high. Any later acquisition's majority shares a server with it, which draws above: tokens
+// rise (README, "Fencing tokens").
+//
+// Waking: a waiter registers on one server and blocks in BLPOP on the key's bell there; a
+// release rings the bell on every server where a waiter is registered (lua/bells.lua).
+
+#include "backends/redlock/redlock_backend.hpp"
+
+#include <algorithm>
+#include <atomic>
+#include <charconv>
+#include <cstdio>
+#include <map>
+#include <mutex>
+#include <random>
+#include <thread>
+
+#include "backends/redis/connection.hpp"
+#include "backends/redis/keys.hpp"
+#include "backends/redis/lua_scripts.hpp"
+#include "backends/redlock/lua_scripts.hpp"
+#include "dlock/errors.hpp"
+
+namespace dlock::backends {
+namespace redlock {
+namespace {
+
+using Clock = std::chrono::steady_clock;
+using std::chrono::milliseconds;
+using redis::Connection;
+using redis::integer;
+using redis::is_nil;
+using redis::Pool;
+using redis::RedisError;
+using redis::Reply;
+using redis::text;
+
+const std::string kName = "redlock";
+constexpr std::size_t kMinServers = 3;
+// Redlock wants per-server timeouts well below the lease: a server that does not answer in
+// time only costs its vote.
+constexpr milliseconds kConnectTimeout{250};
+constexpr milliseconds kCommandTimeout{500};
+// A server that failed is left out of every round this long, then tried again: a dead or
+// unreachable server costs one failed try per period, not one per operation.
+constexpr milliseconds kRetryDown{1'000};
+// A waiter refreshes its registration this often while it sleeps; one not refreshed for
+// kAlive (a killed waiter) gets no bell.
+constexpr milliseconds kHeartbeat{1'000};
+constexpr milliseconds kAlive{3'000};
+constexpr std::size_t kMaxPage = 1'000;
+constexpr std::size_t kMaxStale = 1'000;
+constexpr std::size_t kCollectBatch = 256;
+
+enum Script : std::size_t {
+  kAcquire, kAdopt, kRenew, kRelease, kInspect, kForceRelease, kList, kCollect, kAddActivity, kSleep, kLeave
+};
+const std::vector<std::string_view> kSources = {
+    redis::lua::kAcquireLua, lua::kAdoptLua,       redis::lua::kRenewLua,   lua::kReleaseLua,
+    redis::lua::kInspectLua, lua::kForceReleaseLua, redis::lua::kListLua,   redis::lua::kCollectLua,
+    redis::lua::kAddActivityLua, lua::kSleepLua,   lua::kLeaveLua};
+
+// Redlock's allowance for servers' clocks running at different rates: 1 % of the TTL plus 2 ms.
+milliseconds drift(milliseconds ttl) { return milliseconds(2) + ttl / 100; }
+// How long a lease taken now stays trustworthy: answers arriving later are of no use.
+milliseconds validity(milliseconds ttl) { return std::max(ttl - drift(ttl), milliseconds(1)); }
+
+// A short random wait before the next attempt when no one holds a majority: contenders that
+// split the votes spread out instead of colliding again.
+milliseconds backoff(milliseconds ttl) {
+  thread_local std::mt19937 random{std::random_device{}()};
+  const auto most = std::clamp(ttl / 20, milliseconds(2), milliseconds(10));
+  return milliseconds(std::uniform_int_distribution<milliseconds::rep>(1, most.count())(random));
+}
+
+struct Settings {
+  std::vector<redis::Endpoint> servers;
+  std::string ns = redis::kDefaultNamespace;
+  milliseconds command_timeout = kCommandTimeout;
+};
+
+struct Server {
+  explicit Server(redis::Endpoint endpoint) : pool(std::move(endpoint)) {}
+  Pool pool;
+  std::atomic<Clock::rep> left_out_until{0};
+  std::mutex mutex;
+  std::string last_error;  // why it is left out
+};
+
+// The keys of one lock, with the waiters' sleepers and bell (lua/bells.lua).
+struct Keys {
+  Keys(const std::string& ns, std::string_view key, const redis::StoreKeys& store)
+      : lock(ns, key, store.held, store.known), sleepers(lock.sleepers()), bell(lock.bell()) {}
+  std::vector<std::string_view> with_bell() const {
+    auto keys = lock.all();
+    keys.push_back(sleepers);
+    keys.push_back(bell);
+    return keys;
+  }
+  redis::LockKeys lock;
+  std::string sleepers, bell;
+};
+
+using Args = std::vector<std::string_view>;
+
+// One round: a script (or, with none, the plain command in args) for each server that has args.
+struct Request {
+  std::optional<Script> script;
+  std::vector<std::string_view> keys;
+  std::vector<std::optional<Args>> args;
+};
+
+// One server's part of a round: its reply, or why there is none.
+struct Answer {
+  Reply reply;
+  std::optional<RedisError> error;
+  bool ok() const noexcept { return reply != nullptr; }
+};
+
+// A server's grant of an acquisition: the token it drew (or already had) and its hold count.
+struct Grant {
+  std::size_t server;
+  std::uint64_t token;
+  std::uint32_t holds;
+};
+
+class BellChannel;
+
+class RedlockBackend final : public backend::Backend {
+ public:
+  explicit RedlockBackend(Settings settings);
+
+  std::string_view name() const noexcept override { return kName; }
+  backend::AcquireResult acquire(const backend::AcquireRequest& request) override;
+  bool renew(const backend::LeaseRef& lease, milliseconds ttl) override;
+  std::optional<std::uint32_t> release(const backend::LeaseRef& lease) override;
+  std::optional<LockInfo> inspect(std::string_view key) override;
+  ListPage list(std::string_view prefix, std::string_view after, std::size_t limit) override;
+  std::optional<LockInfo> force_release(std::string_view key) override;
+  std::unique_ptr<backend::WakeChannel> wake_channel(std::string_view key, std::string_view ticket) override;
+  void ping() override;
+  std::size_t collect_idle() override;
+  void add_activity(const Activity& delta) override;
+  std::optional<Activity> activity() override;
+
+  // For the bell channel.
+  Keys keys(std::string_view key) const { return Keys(settings_.ns, key, store_); }
+  std::size_t servers() const noexcept { return servers_.size(); }
+  std::optional<std::string> left_out(std::size_t server) const;
+  void failed(std::size_t server, const RedisError& e);
+  Pool::Lease take(std::size_t server) { return servers_[server]->pool.take(); }
+  Reply run(Connection& connection, Script script, const Args& keys, const Args& args) {
+    return scripts_.run(connection, script, keys, args);
+  }
+  std::string new_waiter_id() { return waiter_prefix_ + "." + std::to_string(++waiters_); }
+  const std::string& alive_ms() const noexcept { return alive_ms_; }
+
+ private:
+  std::vector<Answer> round(const Request& request, milliseconds timeout);
+  std::vector<std::optional<Args>> everyone(const Args& args) const { return {servers_.size(), args}; }
+  std::vector<std::optional<Args>> no_one() const { return std::vector<std::optional<Args>>(servers_.size()); }
+  std::optional<backend::Acquired> settle(const backend::AcquireRequest& request, const Keys& keys,
+                                          std::vector<Grant>& grants, Clock::time_point sent);
+  void undo(const backend::AcquireRequest& request, const Keys& keys, const std::vector<Grant>& grants);
+  // The holder a majority of `seen` (one entry per server) agrees on, if any; with `any`, the
+  // owner seen most when none has a majority.
+  std::optional<LockInfo> agreed(const std::vector<LockInfo>& seen, bool any = false) const;
+  LockInfo contended(std::string_view key, const std::vector<LockInfo>& seen, std::size_t answered,
+                     milliseconds ttl) const;
+  // Throws the error of a round that fell short of a majority: `reached` servers answered,
+  // the others' errors are in `answers`.
+  [[noreturn]] void no_majority(const std::vector<Answer>& answers, std::size_t reached, std::string_view key,
+                                const std::string& what) const;
+  [[noreturn]] void no_majority(const std::vector<Answer>& answers, std::string_view key,
+                                const std::string& what) const {
+    no_majority(answers, answered(answers), key, what);
+  }
+  std::size_t answered(const std::vector<Answer>& answers) const {
+    return static_cast<std::size_t>(std::count_if(answers.begin(), answers.end(), [](const Answer& a) { return a.ok(); }));
+  }
+
+  Settings settings_;
+  std::vector<std::unique_ptr<Server>> servers_;
+  std::size_t quorum_;
+  redis::Scripts scripts_;
+  const redis::StoreKeys store_{settings_.ns};
+  const std::string alive_ms_ = std::to_string(kAlive.count());
+  const std::string waiter_prefix_ = redis::random_hex();
+  std::atomic<std::uint64_t> waiters_{0};
+};
+
+RedlockBackend::RedlockBackend(Settings settings)
+    : settings_(std::move(settings)), quorum_(settings_.servers.size() / 2 + 1), scripts_(kSources) {
+  for (auto& endpoint : settings_.servers) servers_.push_back(std::make_unique<Server>(endpoint));
+  // Connects to each server and loads the scripts now: a wrong address or password fails at
+  // open. A minority may be down; a server refusing the credentials is an error even so.
+  std::vector<Answer> answers(servers_.size());
+  std::size_t reached = 0;
+  for (std::size_t i = 0; i < servers_.size(); ++i) {
+    try {
+      auto connection = take(i);
+      scripts_.load_all(*connection);
+      ++reached;
+    } catch (const RedisError& e) {
+      if (!e.connection) redis::raise(e, servers_[i]->pool.endpoint(), kName, {}, false);
+      failed(i, e);
+      answers[i].error = e;
+    }
+  }
+  if (reached < quorum_) no_majority(answers, reached, {}, "cannot open");
+}
+
+std::optional<std::string> RedlockBackend::left_out(std::size_t server) const {
+  Server& s = *servers_[server];
+  if (Clock::now().time_since_epoch().count() >= s.left_out_until.load()) return std::nullopt;
+  std::lock_guard lock(s.mutex);
+  return "left out for " + std::to_string(kRetryDown.count()) + " ms after a failure: " + s.last_error;
+}
+
+void RedlockBackend::failed(std::size_t server, const RedisError& e) {
+  Server& s = *servers_[server];
+  {
+    std::lock_guard lock(s.mutex);
+    s.last_error = e.message;
+  }
+  s.left_out_until.store((Clock::now() + kRetryDown).time_since_epoch().count());
+}
+
+std::vector<Answer> RedlockBackend::round(const Request& request, milliseconds timeout) {
+  const std::size_t n = servers_.size();
+  std::vector<Answer> answers(n);
+  std::vector<std::optional<Pool::Lease>> connections(n);
+  const auto start = Clock::now();
+  for (std::size_t i = 0; i < n; ++i) {
+    if (!request.args[i]) continue;
+    if (auto why = left_out(i)) {
+      answers[i].error = RedisError{*why, true, false};
+      continue;
+    }
+    try {
+      connections[i].emplace(take(i));
+      if (request.script) {
+        scripts_.start(**connections[i], *request.script, request.keys, *request.args[i]);
+      } else {
+        (*connections[i])->send(*request.args[i]);
+      }
+    } catch (const RedisError& e) {
+      if (e.connection) failed(i, e);
+      answers[i].error = e;
+      connections[i].reset();
+    }
+  }
+  for (std::size_t i = 0; i < n; ++i) {
+    if (!connections[i]) continue;
+    // Answers that arrived meanwhile are read even when the time is up.
+    const auto left = std::max(std::chrono::ceil<milliseconds>(start + timeout - Clock::now()), milliseconds(1));
+    try {
+      answers[i].reply = request.script
+                             ? scripts_.finish(**connections[i], *request.script, request.keys, *request.args[i], left)
+                             : (*connections[i])->receive(left);
+    } catch (const RedisError& e) {
+      if (e.connection) failed(i, e);
+      answers[i].error = e;
+    }
+  }
+  return answers;
+}
+
+void RedlockBackend::no_majority(const std::vector<Answer>& answers, std::size_t reached, std::string_view key,
+                                 const std::string& what) const {
+  // An error reply (credentials, permissions, a replica) says more than an unreachable server.
+  for (std::size_t i = 0; i < answers.size(); ++i) {
+    if (answers[i].error && !answers[i].error->connection) {
+      redis::raise(*answers[i].error, servers_[i]->pool.endpoint(), kName, key, false);
+    }
+  }
+  std::string why;
+  for (std::size_t i = 0; i < answers.size(); ++i) {
+    if (answers[i].error) why += "; " + servers_[i]->pool.endpoint().redacted_url + ": " + answers[i].error->message;
+  }
+  throw ConnectionError("redlock:// " + what + (key.empty() ? "" : " '" + std::string(key) + "'") + ": " +
+                            std::to_string(reached) + " of " + std::to_string(servers_.size()) +
+                            " servers answered, and it takes a majority (" + std::to_string(quorum_) + ")" + why,
+                        kName, std::string(key));
+}
+
+std::optional<LockInfo> RedlockBackend::agreed(const std::vector<LockInfo>& seen, bool any) const {
+  std::map<std::string_view, std::vector<const LockInfo*>> by_owner;
+  for (const auto& info : seen) by_owner[info.owner].push_back(&info);
+  const std::vector<const LockInfo*>* top = nullptr;
+  for (const auto& [owner, infos] : by_owner) {
+    if (!top || infos.size() > top->size()) top = &infos;
+  }
+  if (!top || (top->size() < quorum_ && !any)) return std::nullopt;
+  std::vector<const LockInfo*> infos = *top;
+  // Longest lease first: the lock stays held by a majority until the quorum-th of them ends.
+  std::sort(infos.begin(), infos.end(), [](const LockInfo* a, const LockInfo* b) { return a->ttl_left > b->ttl_left; });
+  LockInfo info = *infos[std::min(quorum_, infos.size()) - 1];
+  for (const LockInfo* other : infos) {
+    info.token = std::max(info.token, other->token);
+    info.hold_count = std::max(info.hold_count, other->hold_count);
+    if (other->held_for) info.held_for = std::max(info.held_for.value_or(milliseconds(0)), *other->held_for);
+  }
+  return info;
+}
+
+LockInfo RedlockBackend::contended(std::string_view key, const std::vector<LockInfo>& seen, std::size_t answered,
+                                   milliseconds ttl) const {
+  // Every server that answered names the same holder, a majority: sleep until its release
+  // rings or its lease ends. Otherwise the state is moving (a release or another acquisition
+  // under way on some servers, or votes split): try again after a short random back-off.
+  const bool one_holder =
+      std::all_of(seen.begin(), seen.end(), [&](const LockInfo& i) { return i.owner == seen.front().owner; });
+  if (one_holder && seen.size() == answered && seen.size() >= quorum_) return *agreed(seen);
+  auto holder = agreed(seen, true);
+  LockInfo info = holder.value_or(LockInfo{std::string(key), "(no majority yet: an acquisition or release is under way)"});
+  info.ttl_left = std::min(holder ? holder->ttl_left : milliseconds::max(), backoff(ttl));
+  return info;
+}
+
+backend::AcquireResult RedlockBackend::acquire(const backend::AcquireRequest& request) {
+  const Keys keys = this->keys(request.key);
+  const std::string ttl_ms = std::to_string(request.ttl.count());
+  const auto sent = Clock::now();
+  const auto answers = round({kAcquire, keys.lock.all(), everyone({request.key, request.owner, ttl_ms, "0", "", "0"})},
+                             std::min(settings_.command_timeout, validity(request.ttl)));
+  std::vector<Grant> grants;
+  std::vector<LockInfo> others;
+  for (std::size_t i = 0; i < answers.size(); ++i) {
+    if (!answers[i].ok()) continue;
+    const auto& e = answers[i].reply->element;
+    if (integer(e[0]) == 1) {
+      grants.push_back({i, redis::u64(e[1]), static_cast<std::uint32_t>(redis::u64(e[2]))});
+    } else {
+      others.push_back(redis::lock_info(std::string(request.key), e[1], e[2], e[3], e[4], e[6]));
+    }
+  }
+  if (grants.size() >= quorum_) {
+    if (auto acquired = settle(request, keys, grants, sent)) return *acquired;
+  }
+  undo(request, keys, grants);
+  if (answered(answers) < quorum_) no_majority(answers, request.key, "cannot acquire");
+  return backend::Held{contended(request.key, others, answered(answers), request.ttl)};
+}
+
+std::optional<backend::Acquired> RedlockBackend::settle(const backend::AcquireRequest& request, const Keys& keys,
+                                                        std::vector<Grant>& grants, Clock::time_point sent) {
+  // A re-entry when a majority already held the key for this owner under one token; else a
+  // new acquisition under the highest token drawn.
+  std::map<std::uint64_t, std::size_t> reentries;
+  for (const auto& g : grants) {
+    if (g.holds > 1) ++reentries[g.token];
+  }
+  backend::Acquired decided{0, 1};
+  for (const auto& [token, count] : reentries) {
+    if (count >= quorum_) decided.token = token;
+  }
+  if (decided.token != 0) {
+    for (const auto& g : grants) {
+      if (g.token == decided.token) decided.hold_count = std::max(decided.hold_count, g.holds);
+    }
+  } else {
+    for (const auto& g : grants) decided.token = std::max(decided.token, g.token);
+  }
+  // Servers that answered otherwise take the decision (lua/adopt.lua).
+  const std::string token = std::to_string(decided.token);
+  const std::string holds = std::to_string(decided.hold_count);
+  std::vector<std::string> here(servers_.size());
+  Request adopt{kAdopt, {keys.lock.lock, keys.lock.seq}, no_one()};
+  std::size_t agreeing = 0;
+  for (const auto& g : grants) {
+    if (g.token == decided.token && g.holds == decided.hold_count) {
+      ++agreeing;
+      continue;
+    }
+    here[g.server] = std::to_string(g.token);
+    adopt.args[g.server] = Args{request.owner, here[g.server], token, holds};
+  }
+  if (agreeing < grants.size()) {
+    const auto left = validity(request.ttl) - std::chrono::ceil<milliseconds>(Clock::now() - sent);
+    const auto answers = round(adopt, std::min(settings_.command_timeout, std::max(left, milliseconds(1))));
+    for (auto& g : grants) {
+      if (!adopt.args[g.server] || !answers[g.server].ok() || integer(answers[g.server].reply.get()) != 1) continue;
+      g.token = decided.token;
+      g.holds = decided.hold_count;
+      ++agreeing;
+    }
+  }
+  if (agreeing < quorum_ || Clock::now() - sent >= validity(request.ttl)) return std::nullopt;
+  return decided;
+}
+
+void RedlockBackend::undo(const backend::AcquireRequest& request, const Keys& keys, const std::vector<Grant>& grants) {
+  if (grants.empty()) return;
+  std::vector<std::string> tokens(servers_.size());
+  Request release{kRelease, keys.with_bell(), no_one()};
+  for (const auto& g : grants) {
+    tokens[g.server] = std::to_string(g.token);
+    release.args[g.server] = Args{request.key, request.owner, tokens[g.server], "0"};
+  }
+  // A grant this cannot reach runs out with its lease.
+  round(release, settings_.command_timeout);
+}
+
+bool RedlockBackend::renew(const backend::LeaseRef& lease, milliseconds ttl) {
+  const Keys keys = this->keys(lease.key);
+  const std::string token = std::to_string(lease.token);
+  const std::string ttl_ms = std::to_string(ttl.count());
+  const auto answers = round({kRenew, {keys.lock.lock}, everyone({lease.owner, token, ttl_ms})},
+                             std::min(settings_.command_timeout, validity(ttl)));
+  std::size_t renewed = 0, refused = 0;
+  for (const auto& a : answers) {
+    if (a.ok()) ++(integer(a.reply.get()) == 1 ? renewed : refused);
+  }
+  if (renewed >= quorum_) return true;
+  if (refused > servers_.size() - quorum_) return false;  // a majority is out of reach
+  no_majority(answers, lease.key, "cannot renew");
+}
+
+std::optional<std::uint32_t> RedlockBackend::release(const backend::LeaseRef& lease) {
+  const Keys keys = this->keys(lease.key);
+  const std::string token = std::to_string(lease.token);
+  const auto answers =
+      round({kRelease, keys.with_bell(), everyone({lease.key, lease.owner, token, alive_ms_})}, settings_.command_timeout);
+  std::size_t released = 0, refused = 0;
+  std::uint32_t left = 0;
+  for (const auto& a : answers) {
+    if (!a.ok()) continue;
+    const auto holds = integer(a.reply.get());
+    if (holds < 0) {
+      ++refused;
+    } else {
+      ++released;
+      left = std::max(left, static_cast<std::uint32_t>(holds));
+    }
+  }
+  if (released >= quorum_) return left;
+  if (refused > servers_.size() - quorum_) return std::nullopt;
+  no_majority(answers, lease.key, "cannot release");
+}
+
+std::optional<LockInfo> RedlockBackend::inspect(std::string_view key) {
+  const Keys keys = this->keys(key);
+  const auto answers = round({kInspect, {keys.lock.lock, keys.lock.queue}, everyone({})}, settings_.command_timeout);
+  if (answered(answers) < quorum_) no_majority(answers, key, "cannot inspect");
+  std::vector<LockInfo> seen;
+  for (const auto& a : answers) {
+    if (!a.ok() || is_nil(a.reply.get())) continue;
+    const auto& e = a.reply->element;
+    seen.push_back(redis::lock_info(std::string(key), e[0], e[1], e[2], e[3], e[4]));
+  }
+  return agreed(seen);
+}
+
+std::optional<LockInfo> RedlockBackend::force_release(std::string_view key) {
+  const Keys keys = this->keys(key);
+  const auto answers = round({kForceRelease, keys.with_bell(), everyone({key, alive_ms_})}, settings_.command_timeout);
+  std::vector<LockInfo> seen;
+  for (const auto& a : answers) {
+    if (!a.ok() || is_nil(a.reply.get())) continue;
+    const auto& e = a.reply->element;
+    seen.push_back(redis::lock_info(std::string(key), e[0], e[1], e[2], e[3], e[4]));
+  }
+  // Short of a majority the holder may keep the lock on the others until its lease ends.
+  if (answered(answers) < quorum_) no_majority(answers, key, "cannot force-release");
+  return agreed(seen, true);
+}
+
+ListPage RedlockBackend::list(std::string_view prefix, std::string_view after, std::size_t limit) {
+  if (limit == 0) return {};
+  const auto range = redis::list_range(prefix, after);
+  const std::size_t page_max = std::min(limit, kMaxPage);
+  const std::string want = std::to_string(page_max + 1);
+  const std::string cap = std::to_string(page_max + 1 + kMaxStale);
+  const auto answers =
+      round({kList, {store_.held}, everyone({settings_.ns, range.min, range.max, want, cap})}, settings_.command_timeout);
+  if (answered(answers) < quorum_) no_majority(answers, prefix, "cannot list");
+  // Each server looked through the range up to some key, or to its end: locks are decided up
+  // to the first of those keys, and the next page starts after it.
+  std::optional<std::string> looked_to;
+  std::map<std::string, std::vector<LockInfo>> seen;
+  for (const auto& a : answers) {
+    if (!a.ok()) continue;
+    const redisReply* reply = a.reply.get();
+    for (std::size_t row = 2; row + 7 <= reply->elements; row += 7) {
+      redisReply** e = reply->element + row;
+      const std::string key = text(e[0]);
+      seen[key].push_back(redis::lock_info(key, e[1], e[2], e[3], e[4], e[5]));
+    }
+    if (integer(reply->element[0]) == 0) {
+      const std::string last = text(reply->element[1]);
+      if (!looked_to || last < *looked_to) looked_to = last;
+    }
+  }
+  ListPage page;
+  for (const auto& [key, infos] : seen) {
+    if (looked_to && key > *looked_to) break;
+    auto holder = agreed(infos);
+    if (!holder) continue;
+    if (page.locks.size() == page_max) {
+      page.next_after = page.locks.back().key;
+      return page;
+    }
+    page.locks.push_back(std::move(*holder));
+  }
+  if (looked_to) page.next_after = *looked_to;
+  return page;
+}
+
+void RedlockBackend::ping() {
+  const auto answers = round({std::nullopt, {}, everyone({"PING"})}, settings_.command_timeout);
+  if (answered(answers) < quorum_) no_majority(answers, {}, "cannot reach its servers");
+}
+
+std::size_t RedlockBackend::collect_idle() {
+  // Server by server: each keeps its own counters rising (lua/collect.lua).
+  std::size_t removed = 0;
+  std::vector<Answer> answers(servers_.size());
+  for (std::size_t i = 0; i < servers_.size(); ++i) {
+    std::size_t here = 0;
+    try {
+      auto connection = take(i);
+      const std::string batch = std::to_string(kCollectBatch);
+      for (std::string from = "-";;) {
+        answers[i].reply = run(*connection, kCollect, {store_.known, store_.held}, {settings_.ns, from, batch});
+        const auto& e = answers[i].reply->element;
+        here += redis::u64(e[0]);
+        if (integer(e[1]) == 1) break;
+        from = redis::lex_bound('(', text(e[2]));
+      }
+    } catch (const RedisError& e) {
+      answers[i].reply.reset();
+      answers[i].error = e;
+    }
+    removed = std::max(removed, here);
+  }
+  if (answered(answers) == 0) no_majority(answers, {}, "cannot collect idle keys");
+  return removed;
+}
+
+void RedlockBackend::add_activity(const Activity& delta) {
+  // The totals are the sum over the servers: each delta goes to one that answers.
+  const std::vector<std::string> counts = redis::activity_counts(delta);
+  std::vector<Answer> answers(servers_.size());
+  for (std::size_t i = 0; i < servers_.size(); ++i) {
+    if (auto why = left_out(i)) {
+      answers[i].error = RedisError{*why, true, false};
+      continue;
+    }
+    try {
+      auto connection = take(i);
+      run(*connection, kAddActivity, {store_.activity}, {counts.begin(), counts.end()});
+      return;
+    } catch (const RedisError& e) {
+      if (e.connection) failed(i, e);
+      answers[i].error = e;
+    }
+  }
+  no_majority(answers, {}, "cannot add activity");
+}
+
+std::optional<Activity> RedlockBackend::activity() {
+  Args command{"HMGET", store_.activity};
+  command.insert(command.end(), std::begin(redis::kActivityFields), std::end(redis::kActivityFields));
+  const auto answers = round({std::nullopt, {}, everyone(command)}, settings_.command_timeout);
+  if (answered(answers) < quorum_) no_majority(answers, {}, "cannot read the activity totals");
+  Activity total;
+  for (const auto& a : answers) {
+    if (a.ok()) redis::add_activity_reply(a.reply.get(), total);
+  }
+  return total;
+}
+
+// A waiting call's registration on one server, on a connection of its own, and its BLPOP on
+// the key's bell there. Releases ring the bell on every server where a waiter is registered.
+class BellChannel final : public backend::WakeChannel {
+ public:
+  BellChannel(RedlockBackend& backend, std::string_view key)
+      : backend_(backend), keys_(backend.keys(key)), id_(backend.new_waiter_id()) {}
+  ~BellChannel() override { leave(false); }
+  BellChannel(const BellChannel&) = delete;
+  BellChannel& operator=(const BellChannel&) = delete;
+
+  // Registers before the attempt that follows, so a release after it rings for this waiter.
+  void arm() override {
+    woken_ = false;
+    if (server_) return;
+    for (std::size_t i = 0; i < backend_.servers() && !server_; ++i) {
+      if (backend_.left_out(i)) continue;
+      try {
+        connection_.emplace(backend_.take(i));
+        register_here();
+        server_ = i;
+      } catch (const RedisError& e) {
+        if (e.connection) backend_.failed(i, e);
+        connection_.reset();
+      }
+    }
+  }
+
+  bool wait_until(Clock::time_point deadline) override {
+    if (!server_) {
+      // Registered nowhere: the attempt's holder lease or back-off bounds the wait.
+      std::this_thread::sleep_until(std::min(deadline, Clock::now() + kHeartbeat));
+      return false;
+    }
+    try {
+      for (;;) {
+        auto now = Clock::now();
+        if (now - registered_ >= kHeartbeat) register_here();
+        now = Clock::now();
+        const auto until = std::min(deadline, now + kHeartbeat);
+        if (until <= now) return false;
+        const auto wait = std::max(std::chrono::ceil<milliseconds>(until - now), milliseconds(1));
+        char seconds[32];
+        std::snprintf(seconds, sizeof seconds, "%.3f", static_cast<double>(wait.count()) / 1000.0);
+        if (!is_nil((*connection_)->blocking({"BLPOP", keys_.bell, seconds}, wait).get())) {
+          woken_ = true;
+          return true;
+        }
+        if (Clock::now() >= deadline) return false;
+      }
+    } catch (const RedisError& e) {
+      // The next arm registers again, on a server that answers.
+      if (e.connection) backend_.failed(*server_, e);
+      server_.reset();
+      connection_.reset();
+      return false;
+    }
+  }
+
+  void abandon() noexcept override { leave(woken_); }
+
+ private:
+  void register_here() {
+    backend_.run(**connection_, kSleep, {keys_.sleepers}, {id_, backend_.alive_ms()});
+    registered_ = Clock::now();
+  }
+  // Drops the registration, passing on a bell this waiter took and will not use.
+  void leave(bool pass) noexcept {
+    if (!server_) return;
+    server_.reset();
+    try {
+      backend_.run(**connection_, kLeave, {keys_.sleepers, keys_.bell}, {id_, backend_.alive_ms(), pass ? "1" : "0"});
+    } catch (...) {
+      // Unreachable: the registration lapses after kAlive.
+    }
+    connection_.reset();
+  }
+
+  RedlockBackend& backend_;
+  Keys keys_;
+  std::string id_;
+  std::optional<std::size_t> server_;  // where this waiter is registered
+  std::optional<Pool::Lease> connection_;
+  Clock::time_point registered_;
+  bool woken_ = false;  // took a bell since the last attempt
+};
+
+std::unique_ptr<backend::WakeChannel> RedlockBackend::wake_channel(std::string_view key, std::string_view) {
+  return std::make_unique<BellChannel>(*this, key);
+}
+
+// "host:port" or "[v6]:port" (port 6379 when absent).
+std::pair<std::string, std::uint16_t> split_server(std::string_view item, const std::string& shown) {
+  std::string_view host = item, port;
+  if (item.substr(0, 1) == "[") {
+    const auto close = item.find(']');
+    if (close != std::string_view::npos) {
+      host = item.substr(1, close - 1);
+      if (item.size() > close + 1 && item[close + 1] == ':') port = item.substr(close + 2);
+    }
+  } else if (const auto colon = item.rfind(':'); colon != std::string_view::npos) {
+    host = item.substr(0, colon);
+    port = item.substr(colon + 1);
+  }
+  unsigned value = 6379;
+  if (!port.empty()) {
+    const auto [end, ec] = std::from_chars(port.data(), port.data() + port.size(), value);
+    if (ec != std::errc() || end != port.data() + port.size() || value == 0 || value > 65535) {
+      throw ConfigurationError("redlock:// server '" + std::string(item) + "' needs a port from 1 to 65535; got " + shown,
+                               kName);
+    }
+  }
+  if (host.empty()) throw ConfigurationError("redlock:// has an empty server in its list; got " + shown, kName);
+  return {std::string(host), static_cast<std::uint16_t>(value)};
+}
+
+Settings parse_settings(const core::Url& url) {
+  const std::string shown = url.redacted();
+  const std::string form = "redlock://[user:password@]host1:port,host2:port,host3:port[/db]";
+  core::UrlOptions options(url);
+  const auto connect_timeout = options.take_duration("connect_timeout").value_or(kConnectTimeout);
+  Settings settings;
+  settings.command_timeout = options.take_duration("command_timeout").value_or(kCommandTimeout);
+  settings.ns = redis::take_namespace(options, kName);
+  options.finish();
+  std::vector<std::pair<std::string, std::uint16_t>> hosts;
+  std::string_view list = url.host;
+  if (url.port) {
+    throw ConfigurationError("redlock:// takes its servers as a list, " + form + "; got " + shown, kName);
+  }
+  for (std::size_t at = 0; at <= list.size();) {
+    const auto comma = std::min(list.find(',', at), list.size());
+    auto server = split_server(list.substr(at, comma - at), shown);
+    if (std::find(hosts.begin(), hosts.end(), server) != hosts.end()) {
+      throw ConfigurationError("redlock:// lists " + server.first + ":" + std::to_string(server.second) +
+                                   " twice: Redlock needs independent servers; got " + shown,
+                               kName);
+    }
+    hosts.push_back(std::move(server));
+    at = comma + 1;
+  }
+  if (hosts.size() < kMinServers) {
+    throw ConfigurationError("redlock:// needs at least " + std::to_string(kMinServers) +
+                                 " independent servers, of which a majority must agree (" + form +
+                                 "; for one server use redis://); got " + shown,
+                             kName);
+  }
+  for (const auto& [host, port] : hosts) {
+    core::Url one = url;
+    one.scheme = "redis";
+    one.host = host;
+    one.port = port;
+    one.query.clear();
+    core::UrlOptions none(one);
+    redis::Endpoint endpoint = redis::parse_endpoint(one, none);
+    endpoint.connect_timeout = connect_timeout;
+    endpoint.command_timeout = settings.command_timeout;
+    settings.servers.push_back(std::move(endpoint));
+  }
+  if (connect_timeout.count() <= 0 || settings.command_timeout.count() <= 0) {
+    throw ConfigurationError("redlock:// connect_timeout and command_timeout must be positive; got " + shown, kName);
+  }
+  return settings;
+}
+
+}  // namespace
+}  // namespace redlock
+
+std::shared_ptr<backend::Backend> make_redlock_backend(const core::Url& url) {
+  return std::make_shared<redlock::RedlockBackend>(redlock::parse_settings(url));
+}
+
+}  // namespace dlock::backends
