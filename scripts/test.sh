@@ -4,15 +4,16 @@
 # linked release binary, the one users get. Usage: scripts/test.sh [extra ctest arguments]
 #
 # A private MariaDB (scripts/servers/mariadb.sh: its own data directory in /tmp, a free port
-# on 127.0.0.1) and a private Redis (scripts/servers/redis.sh, likewise) run for the length of
-# the run, stopped and deleted on exit. The conformance suite runs over them (DLOCK_TEST_URLS),
-# and so do the mysql and redis fault tests (DLOCK_MYSQL_*, DLOCK_REDIS_*).
+# on 127.0.0.1) and three private Redis servers (scripts/servers/redis.sh, likewise; redlock://
+# runs over the three) run for the length of the run, stopped and deleted on exit. The
+# conformance suite runs over them (DLOCK_TEST_URLS), and so do the mysql and redis fault tests
+# (DLOCK_MYSQL_*, DLOCK_REDIS_*); the redlock fault tests start servers of their own.
 #
 #   DLOCK_NO_MARIADB=1        start no MariaDB: the mysql:// cases are skipped or not listed
 #   DLOCK_NO_REDIS=1          start no Redis: the redis:// cases are skipped or not listed
 #   DLOCK_TEST_URLS="URL ..." the servers the conformance suite runs over (default: one URL
 #                             per mode in DLOCK_TEST_MYSQL_MODES on the private MariaDB, and the
-#                             private Redis plain and with fair=true)
+#                             private Redis plain and with fair=true, and redlock:// over three)
 #   DLOCK_TEST_MYSQL_MODES    the mysql:// modes tested (default below)
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -42,13 +43,14 @@ fi
 if [ "${DLOCK_NO_REDIS:-0}" != 1 ]; then
   redis_dir=$(mktemp -d /tmp/dlock-redis.XXXXXX)
   cleanup+=("scripts/servers/redis.sh stop '$redis_dir'; rm -rf '$redis_dir'")
-  scripts/servers/redis.sh start "$redis_dir" >/dev/null
+  # Three instances: redis:// uses the first, redlock:// all three.
+  scripts/servers/redis.sh start "$redis_dir" 3 >/dev/null
   set -a
   # shellcheck disable=SC1091
   . "$redis_dir/env"
   set +a
-  echo "test.sh: Redis on 127.0.0.1:$DLOCK_REDIS_PORT (data in $redis_dir)"
-  urls+=("$DLOCK_REDIS_URL" "$DLOCK_REDIS_URL?fair=true")
+  echo "test.sh: Redis on 127.0.0.1, ports $DLOCK_REDIS_PORTS (data in $redis_dir)"
+  urls+=("$DLOCK_REDIS_URL" "$DLOCK_REDIS_URL?fair=true" "$DLOCK_REDLOCK_URL")
 fi
 [ -n "${DLOCK_TEST_URLS+set}" ] || export DLOCK_TEST_URLS="${urls[*]}"
 

@@ -17,12 +17,14 @@
 #   DLOCK_REDIS_URLS       that URL of every instance, space-separated
 #   DLOCK_REDIS_PLAIN_URL  instance 1 through the default user's password (plain AUTH)
 #   DLOCK_REDIS_DIR, DLOCK_REDIS_PORT (instance 1), DLOCK_REDIS_PORTS (all)
+#   DLOCK_REDLOCK_URL      redlock://dlock:…@127.0.0.1:PORT1,127.0.0.1:PORT2,…/0 over every
+#                          instance (3 or more only)
 #
 # The passwords are fixed: the servers listen on loopback only and live as long as a test run.
 set -euo pipefail
 
 usage() {
-  sed -n '2,22p' "$0" >&2
+  sed -n '2,24p' "$0" >&2
   exit 64
 }
 
@@ -88,12 +90,14 @@ launch() {
 }
 
 write_env() {
-  local dir=$1 n=$2 urls=() ports=() i
+  local dir=$1 n=$2 urls=() ports=() servers=() i
   for i in $(seq "$n"); do
     ports+=("$(cat "$dir/$i/port")")
     urls+=("redis://dlock:dlock-test-pw@127.0.0.1:${ports[-1]}/0")
+    servers+=("127.0.0.1:${ports[-1]}")
   done
-  cat >"$dir/env" <<ENV
+  {
+    cat <<ENV
 DLOCK_REDIS_URL=${urls[0]}
 DLOCK_REDIS_URLS="${urls[*]}"
 DLOCK_REDIS_PLAIN_URL=redis://:dlock-default-pw@127.0.0.1:${ports[0]}/0
@@ -101,6 +105,10 @@ DLOCK_REDIS_DIR=$dir
 DLOCK_REDIS_PORT=${ports[0]}
 DLOCK_REDIS_PORTS="${ports[*]}"
 ENV
+    if [ "$n" -ge 3 ]; then
+      echo "DLOCK_REDLOCK_URL=redlock://dlock:dlock-test-pw@$(IFS=,; echo "${servers[*]}")/0"
+    fi
+  } >"$dir/env"
   cat "$dir/env"
 }
 
@@ -123,13 +131,16 @@ start() {
   write_env "$dir" "$n"
 }
 
+# Running, and not a zombie: a daemon's exit waits for init to reap it, which can take seconds.
+alive() { kill -0 "$1" 2>/dev/null && [ "$(cut -d' ' -f3 "/proc/$1/stat" 2>/dev/null)" != Z ]; }
+
 stop_one() {
   local dir=$1 pid
   [ -f "$dir/redis.pid" ] || return 0
   pid=$(cat "$dir/redis.pid")
   kill "$pid" 2>/dev/null || { rm -f "$dir/redis.pid"; return 0; }
   for _ in $(seq 300); do
-    kill -0 "$pid" 2>/dev/null || { rm -f "$dir/redis.pid"; return 0; }
+    alive "$pid" || { rm -f "$dir/redis.pid"; return 0; }
     sleep 0.1
   done
   echo "redis.sh: pid $pid ignored SIGTERM for 30 s; killing it" >&2

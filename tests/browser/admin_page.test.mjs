@@ -171,10 +171,10 @@ function parseDuration(text) {
 async function startStack(t) {
   const binary = dlockBinary();
   const dir = mkdtempSync(join(tmpdir(), 'dlock-browser-'));
-  // DLOCK_SERVE_TEST_URL: a server (mysql://, redis://) to run on instead, in a fresh table
-  // (mysql) or key namespace (redis).
+  // DLOCK_SERVE_TEST_URL: a server (mysql://, redis://, redlock://) to run on instead, in a
+  // fresh table (mysql) or key namespace (redis, redlock).
   const server = process.env.DLOCK_SERVE_TEST_URL;
-  const own = server?.startsWith('redis') ? 'namespace' : 'table';
+  const own = server?.startsWith('redis') || server?.startsWith('redlock') ? 'namespace' : 'table';
   const url = server
     ? `${server}${server.includes('?') ? '&' : '?'}${own}=browser_${basename(dir).replace(/[^A-Za-z0-9]/g, '_')}`
     : `sqlite://${dir}/locks.db`;

@@ -117,11 +117,11 @@ class ServeTest : public ::testing::Test {
     // NOLINTNEXTLINE(concurrency-mt-unsafe): read before any thread starts
     const char* server = std::getenv("DLOCK_SERVE_TEST_URL");
     if (server && *server) {
-      // A table (mysql) or key namespace (redis) of the test's own.
+      // A table (mysql) or key namespace (redis, redlock) of the test's own.
       const std::string base = server;
       backend_ = base.substr(0, base.find("://"));
       url_ = base + (base.find('?') == std::string::npos ? "?" : "&") +
-             (backend_ == "redis" ? "namespace=" : "table=") + "serve_" +
+             (backend_ == "mysql" || backend_ == "mariadb" ? "table=" : "namespace=") + "serve_" +
              std::filesystem::path(dir_).filename().string().substr(12);
     } else {
       url_ = "sqlite://" + dir_ + "/locks.db";

@@ -122,6 +122,18 @@ std::vector<BackendParam> all_backends() {
           {"redis://h1:1,h2:2/0", {"one host"}},
       };
     }
+    if (scheme == "redlock") {
+      p.bad_location_url = "redlock://127.0.0.1:1,127.0.0.1:2,127.0.0.1:3/0";  // nothing listens there
+      p.bad_location_names = "127.0.0.1:1";
+      p.malformed_urls = {
+          {"redlock://127.0.0.1:1,127.0.0.1:2/0", {"at least 3"}},
+          {"redlock://h1:1,h1:1,h2:2/0", {"twice"}},
+          {"redlock://h1:1,h2:x,h3:3/0", {"port"}},
+          {"redlock://h1:1,,h3:3/0", {"empty"}},
+          {"redlock://h1:1,h2:2,h3:3/0?fair=true", {"fair"}},
+          {"redlock://h1:1,h2:2,h3:3/zero", {"database"}},
+      };
+    }
     p.spans_processes = scheme != "local";  // every server-backed store spans processes
     params.push_back(std::move(p));
   }

@@ -38,6 +38,7 @@
 #include "dlock/client.hpp"
 #include "dlock/errors.hpp"
 #include "support/child_process.hpp"
+#include "support/redis_servers.hpp"
 #include "support/server_test.hpp"
 
 #ifndef DLOCK_REDIS_SCRIPT
@@ -131,26 +132,8 @@ TEST_F(Redis, ScriptsAreLoadedAgainAfterScriptFlush) {
 // A server of its own, restarted without persistence: the lock is gone, the holder's next
 // renewal finds that and reports the loss, a blocked waiter gets the key, and tokens keep rising.
 TEST_F(Redis, RestartWithoutPersistenceIsALossForTheHolder) {
-  const auto dir = std::filesystem::temp_directory_path() / ("dlock-redis-restart-" + random_hex(8));
-  const std::string script = DLOCK_REDIS_SCRIPT;
-  const std::string start = script + " start '" + dir.string() + "' >/dev/null";
-  ASSERT_EQ(std::system(start.c_str()), 0) << start;  // NOLINT(concurrency-mt-unsafe)
-  struct Cleanup {
-    std::string script, dir;
-    ~Cleanup() {
-      const std::string stop = script + " stop '" + dir + "'";
-      (void)std::system(stop.c_str());  // NOLINT(concurrency-mt-unsafe)
-      std::filesystem::remove_all(dir);
-    }
-  } cleanup{script, dir.string()};
-  std::string url;
-  {
-    std::ifstream env_file(dir / "env");
-    for (std::string line; std::getline(env_file, line);) {
-      if (line.rfind("DLOCK_REDIS_URL=", 0) == 0) url = line.substr(std::strlen("DLOCK_REDIS_URL="));
-    }
-  }
-  ASSERT_FALSE(url.empty());
+  test::RedisServers server(DLOCK_REDIS_SCRIPT, 1);
+  const std::string url = server.url(0);
 
   Client holder = Client::open(url);
   Client waiter = Client::open(url);
@@ -162,8 +145,7 @@ TEST_F(Redis, RestartWithoutPersistenceIsALossForTheHolder) {
   auto waiting = std::async(std::launch::async, [&] { return waiter.try_acquire_for(k, 20s, {.ttl = 10s}); });
   ASSERT_TRUE(eventually([&] { return Raw(url).queued(k) == 1; }, 5s)) << "the waiter never queued";
 
-  const std::string restart = script + " restart '" + dir.string() + "' >/dev/null";
-  ASSERT_EQ(std::system(restart.c_str()), 0) << restart;  // NOLINT(concurrency-mt-unsafe)
+  server.restart(0);
 
   auto loss = lost.get_future();
   ASSERT_EQ(loss.wait_for(30s), std::future_status::ready) << "the holder never learnt that the lock was gone";

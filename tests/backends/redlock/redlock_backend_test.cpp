@@ -1,0 +1,240 @@
+// redlock:// on private Redis servers of each test (3 or 5, scripts/servers/redis.sh), through
+// the public API: a minority of servers killed (locks keep working, the holder keeps its
+// lease), a majority killed (a clean, prompt failure, and recovery once they return), a hung
+// server (one timeout, then left out), fencing tokens when the servers' counters differ, and
+// credentials. The conformance suite runs on redlock:// too (DLOCK_TEST_URLS).
+//
+// Every case skips without DLOCK_REDIS_URL (scripts/test.sh sets it when it runs Redis).
+
+#include <gtest/gtest.h>
+
+#include <chrono>
+#include <future>
+#include <memory>
+#include <string>
+#include <thread>
+
+#include "backends/redis/connection.hpp"
+#include "core/url.hpp"
+#include "dlock/client.hpp"
+#include "dlock/errors.hpp"
+#include "support/redis_servers.hpp"
+#include "support/server_test.hpp"
+
+#ifndef DLOCK_REDIS_SCRIPT
+#error "DLOCK_REDIS_SCRIPT must name scripts/servers/redis.sh"
+#endif
+
+namespace dlock {
+namespace {
+
+using namespace std::chrono_literals;
+using Clock = std::chrono::steady_clock;
+
+using test::env;
+using test::eventually;
+using test::ms;
+using test::random_hex;
+using test::with_option;
+
+// One command on one server, for what dlock never does itself.
+std::string raw(const std::string& url, const std::vector<std::string_view>& command) {
+  const auto parsed = core::Url::parse(url);
+  core::UrlOptions options(parsed);
+  const auto endpoint = backends::redis::parse_endpoint(parsed, options);
+  backends::redis::Connection connection(endpoint);
+  return backends::redis::text(connection.command(command).get());
+}
+
+class Redlock : public ::testing::Test {
+ protected:
+  void start(int servers) {
+    if (!env("DLOCK_REDIS_URL")) GTEST_SKIP() << "DLOCK_REDIS_URL is not set: Redis is not part of this run";
+    servers_ = std::make_unique<test::RedisServers>(DLOCK_REDIS_SCRIPT, servers);
+    url_ = servers_->env("DLOCK_REDLOCK_URL");
+  }
+  std::string key(const std::string& name = "k") const {
+    return "redlock-test/" + run_ + "/" + ::testing::UnitTest::GetInstance()->current_test_info()->name() + "/" + name;
+  }
+
+  std::unique_ptr<test::RedisServers> servers_;
+  std::string url_;
+  std::string run_ = random_hex(8);
+};
+
+// With one of three servers killed, a holder keeps renewing its lease, others see it held,
+// and new locks are taken, released and handed to waiters as before.
+TEST_F(Redlock, OneOfThreeKilledLocksKeepWorking) {
+  start(3);
+  if (IsSkipped()) return;
+  Client holder = Client::open(url_);
+  Client other = Client::open(url_);
+  const std::string k = key();
+  Lease lease = holder.acquire(k, {.ttl = 900ms, .auto_renew = true});
+  servers_->kill(0);
+  std::this_thread::sleep_for(2500ms);  // several renewals, each now answered by two servers
+  EXPECT_TRUE(lease.held()) << "the holder lost its lock with a majority still up";
+  auto attempt = other.try_acquire(k);
+  ASSERT_FALSE(attempt) << "two owners with two servers of three up";
+  ASSERT_TRUE(attempt.holder());
+  EXPECT_EQ(attempt.holder()->owner, lease.owner());
+
+  auto waiting = std::async(std::launch::async, [&] { return other.try_acquire_for(k, 10s, {.ttl = 10s}); });
+  std::this_thread::sleep_for(200ms);
+  const auto released = Clock::now();
+  EXPECT_NO_THROW(lease.release());
+  ASSERT_EQ(waiting.wait_for(5s), std::future_status::ready);
+  auto taken = waiting.get();
+  ASSERT_TRUE(taken) << "the waiter did not get the key";
+  EXPECT_LT(ms(Clock::now() - released), 1000) << "ms: the waiter was not woken by the release";
+  EXPECT_GT(taken.lease().token(), lease.token());
+  taken.lease().release();
+
+  // The killed server back, empty: locks use all three again, and tokens keep rising.
+  servers_->restart(0);
+  const std::uint64_t before = taken.lease().token();
+  EXPECT_TRUE(eventually([&] { return !raw(servers_->url(0), {"PING"}).empty(); }, 5s));
+  std::this_thread::sleep_for(1100ms);  // past the time a failed server is left out
+  Lease again = holder.acquire(k, {.ttl = 10s});
+  EXPECT_GT(again.token(), before);
+  EXPECT_FALSE(raw(servers_->url(0), {"GET", "dlock:{" + k + "}"}).empty()) << "the restarted server was not used";
+}
+
+// With two of three servers killed, the holder learns of the loss once its lease cannot be
+// trusted, and every call fails at once with an error naming the cause; once the servers are
+// back, locks work again.
+TEST_F(Redlock, TwoOfThreeKilledIsACleanFailure) {
+  start(3);
+  if (IsSkipped()) return;
+  Client holder = Client::open(url_);
+  const std::string k = key();
+  Lease lease = holder.acquire(k, {.ttl = 1s, .auto_renew = true});
+  const std::uint64_t token = lease.token();
+  std::promise<LossInfo> lost;
+  lease.on_lost([&](const LossInfo& info) { lost.set_value(info); });
+  servers_->kill(0);
+  servers_->kill(1);
+  auto loss = lost.get_future();
+  ASSERT_EQ(loss.wait_for(5s), std::future_status::ready) << "the holder was not told";
+  EXPECT_EQ(loss.get().reason, LossReason::renewal_failed);
+
+  const auto start = Clock::now();
+  try {
+    holder.try_acquire(key("other"));
+    FAIL() << "an acquisition succeeded with one server of three";
+  } catch (const ConnectionError& e) {
+    const std::string message = e.what();
+    EXPECT_TRUE(e.retryable());
+    EXPECT_NE(message.find("majority"), std::string::npos) << message;
+    EXPECT_NE(message.find("1 of 3"), std::string::npos) << message;
+    EXPECT_EQ(message.find("dlock-test-pw"), std::string::npos) << message;
+  }
+  EXPECT_LT(ms(Clock::now() - start), 1000) << "ms to fail";
+  EXPECT_THROW(Client::open(url_), ConnectionError);
+
+  servers_->restart(0);
+  servers_->restart(1);
+  std::unique_ptr<Lease> again;
+  EXPECT_TRUE(eventually(
+      [&] {
+        try {
+          auto attempt = holder.try_acquire(k);
+          if (attempt) again = std::make_unique<Lease>(std::move(attempt.lease()));
+          return attempt.acquired();
+        } catch (const ConnectionError&) {
+          return false;
+        }
+      },
+      10s))
+      << "no recovery after the servers came back";
+  if (again) {
+    EXPECT_GT(again->token(), token);
+  }
+}
+
+// Five servers: two down still make a majority of three; a third down does not.
+TEST_F(Redlock, FiveServersOutliveTwoKilledButNotThree) {
+  start(5);
+  if (IsSkipped()) return;
+  Client client = Client::open(url_);
+  Client other = Client::open(url_);
+  servers_->kill(1);
+  servers_->kill(3);
+  const std::string k = key();
+  {
+    Lease lease = client.acquire(k, {.ttl = 10s});
+    EXPECT_FALSE(other.try_acquire(k));
+    lease.release();
+  }
+  EXPECT_TRUE(other.try_acquire(k)) << "the key was not free after the release";
+  servers_->kill(4);
+  EXPECT_THROW(client.try_acquire(key("more")), ConnectionError);
+}
+
+// A server that accepts connections but answers nothing costs one command timeout, after
+// which rounds leave it out; it is used again once it answers.
+TEST_F(Redlock, HungServerCostsOneTimeoutThenIsLeftOut) {
+  start(3);
+  if (IsSkipped()) return;
+  Client client = Client::open(with_option(url_, "command_timeout=200ms"));
+  const std::string k = key();
+  client.acquire(k, {.ttl = 10s}).release();  // connections open before the server hangs
+  servers_->pause(2);
+  struct Resume {
+    test::RedisServers& servers;
+    ~Resume() { servers.resume(2); }
+  } resume{*servers_};
+  auto start = Clock::now();
+  {
+    Lease lease = client.acquire(k, {.ttl = 10s});
+    lease.release();
+  }
+  const auto first = ms(Clock::now() - start);
+  EXPECT_GE(first, 150) << "ms: the hung server was not waited for";
+  EXPECT_LT(first, 2000) << "ms";
+  start = Clock::now();
+  client.acquire(k, {.ttl = 10s}).release();
+  EXPECT_LT(ms(Clock::now() - start), 150) << "ms: the hung server was waited for again";
+}
+
+// The servers' counters differ (one ran ahead): the acquisition takes the highest token and
+// raises the others to it, so a majority without that server still draws above it.
+TEST_F(Redlock, FencingTokensRiseWhenTheServersCountersDiffer) {
+  start(3);
+  if (IsSkipped()) return;
+  Client client = Client::open(url_);
+  const std::string k = key();
+  const std::string seq = "dlock:{" + k + "}:seq";
+  const std::uint64_t first = client.acquire(k, {.ttl = 10s}).token();
+  const std::string ahead = std::to_string(first + 1'000'000);
+  raw(servers_->url(0), {"SET", seq, ahead});
+  Lease lease = client.acquire(k, {.ttl = 10s});
+  const std::uint64_t second = lease.token();
+  EXPECT_EQ(second, first + 1'000'001) << "not the highest token drawn";
+  for (int i = 0; i < 3; ++i) {
+    EXPECT_EQ(raw(servers_->url(i), {"GET", seq}), std::to_string(second)) << "server " << i;
+    EXPECT_EQ(raw(servers_->url(i), {"GET", "dlock:{" + k + "}"}).rfind(std::to_string(second) + " 1 ", 0), 0u)
+        << "server " << i << " holds another token";
+  }
+  lease.release();
+  servers_->kill(0);
+  EXPECT_GT(client.acquire(k, {.ttl = 10s}).token(), second) << "a majority without server 0 went back";
+}
+
+TEST_F(Redlock, WrongPasswordIsAClearErrorWithoutThePassword) {
+  start(3);
+  if (IsSkipped()) return;
+  const core::Url good = core::Url::parse(url_);
+  const std::string bad = "redlock://" + good.user + ":not-the-pw-4711@" + good.host + good.path;
+  try {
+    Client::open(bad);
+    FAIL() << "a wrong password was accepted";
+  } catch (const ConfigurationError& e) {
+    const std::string message = e.what();
+    EXPECT_EQ(message.find("not-the-pw-4711"), std::string::npos) << message;
+    EXPECT_NE(message.find("password"), std::string::npos) << message;
+  }
+}
+
+}  // namespace
+}  // namespace dlock
