@@ -5,6 +5,7 @@
 
 #include <hiredis/hiredis.h>
 
+#include <chrono>
 #include <cstdint>
 #include <string>
 #include <string_view>
@@ -14,6 +15,17 @@
 #include "dlock/types.hpp"
 
 namespace dlock::backends::redis {
+
+// A waiter refreshes its entry (its queue entry, or Redlock's registration) at least every
+// kHeartbeat while it sleeps, and the server drops an entry not refreshed for kAlive: a
+// killed waiter is passed over after that.
+inline constexpr std::chrono::milliseconds kHeartbeat{1'000};
+inline constexpr std::chrono::milliseconds kAlive{3'000};
+// Locks one list call returns and stale index entries it looks at, at most, and keys one
+// collect call looks at: a script blocks the server while it runs.
+inline constexpr std::size_t kMaxPage = 1'000;
+inline constexpr std::size_t kMaxStale = 1'000;
+inline constexpr std::size_t kCollectBatch = 256;
 
 // The default namespace: the first part of every key dlock writes.
 inline const std::string kDefaultNamespace = "dlock";

@@ -25,15 +25,6 @@ using Clock = std::chrono::steady_clock;
 using std::chrono::milliseconds;
 
 const std::string kName = "redis";
-// A waiter refreshes its queue entry at least this often while it sleeps, and the server
-// drops an entry not refreshed for kAlive: a killed waiter is passed over after that.
-constexpr milliseconds kHeartbeat{1'000};
-constexpr milliseconds kAlive{3'000};
-// Locks one list call returns and stale index entries it looks at, at most: a script blocks the server.
-constexpr std::size_t kMaxPage = 1'000;
-constexpr std::size_t kMaxStale = 1'000;
-constexpr std::size_t kCollectBatch = 256;
-
 enum Script : std::size_t {
   kAcquire, kRefresh, kLeave, kRenew, kRelease, kInspect, kForceRelease, kList, kCollect, kAddActivity
 };

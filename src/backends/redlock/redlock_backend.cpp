@@ -43,6 +43,11 @@ using std::chrono::milliseconds;
 using redis::Connection;
 using redis::integer;
 using redis::is_nil;
+using redis::kAlive;
+using redis::kCollectBatch;
+using redis::kHeartbeat;
+using redis::kMaxPage;
+using redis::kMaxStale;
 using redis::Pool;
 using redis::RedisError;
 using redis::Reply;
@@ -57,13 +62,6 @@ constexpr milliseconds kCommandTimeout{500};
 // A server that failed is left out of every round this long, then tried again: a dead or
 // unreachable server costs one failed try per period, not one per operation.
 constexpr milliseconds kRetryDown{1'000};
-// A waiter refreshes its registration this often while it sleeps; one not refreshed for
-// kAlive (a killed waiter) gets no bell.
-constexpr milliseconds kHeartbeat{1'000};
-constexpr milliseconds kAlive{3'000};
-constexpr std::size_t kMaxPage = 1'000;
-constexpr std::size_t kMaxStale = 1'000;
-constexpr std::size_t kCollectBatch = 256;
 
 enum Script : std::size_t {
   kAcquire, kAdopt, kRenew, kRelease, kInspect, kForceRelease, kList, kCollect, kAddActivity, kSleep, kLeave
