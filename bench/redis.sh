@@ -23,7 +23,7 @@ url=$DLOCK_REDIS_URL
 
 yardstick=$dir/yardstick
 g++ -O2 -std=c++20 bench/redis_yardstick.cpp $(pkg-config --cflags --libs hiredis) -o "$yardstick"
-"$yardstick" 127.0.0.1 "$DLOCK_REDIS_PORT" dlock dlock-test-pw 20000
+"$yardstick" 127.0.0.1 "$DLOCK_REDIS_PORT" dlock dlock-test-pw 20000 src/backends/redis/lua
 
 run() {
   "$dlock" --url "$1" bench --duration "$duration" "${@:2}" || echo "redis.sh: failed: bench $*" >&2

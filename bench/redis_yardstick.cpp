@@ -1,12 +1,15 @@
 // The yardstick beside dlock's redis:// figures: the bare server primitives through hiredis,
 // as dlock sends them. Prints one JSON line per primitive (p50 and p99 in µs):
-//   - on one connection: a round trip (PING) and a trivial script (EVALSHA of `return 1`), the
-//     floor under every acquire and release;
+//   - on one connection: a round trip (PING), a trivial script (EVALSHA of `return 1`), the
+//     floor under every acquire and release, and with LUA_DIR (src/backends/redis/lua) the
+//     uncontended cycle of dlock's own scripts (EVALSHA of acquire, then of release), the
+//     floor under `dlock bench --workload uncontended`: what the client adds is the difference.
+//     The three are sampled in alternating rounds, as the VM's wake-up latency drifts;
 //   - between two connections, from the sending of an RPUSH to the return of the other's
 //     blocked BLPOP: the wake-up a handoff adds to the release's round trip.
 //
 //   g++ -O2 -std=c++20 bench/redis_yardstick.cpp $(pkg-config --cflags --libs hiredis) -o yardstick
-//   ./yardstick HOST PORT USER PASSWORD [ITERATIONS]
+//   ./yardstick HOST PORT USER PASSWORD [ITERATIONS [LUA_DIR]]
 #include <hiredis/hiredis.h>
 
 #include <algorithm>
@@ -14,6 +17,9 @@
 #include <chrono>
 #include <cstdio>
 #include <cstdlib>
+#include <fstream>
+#include <functional>
+#include <sstream>
 #include <string>
 #include <thread>
 #include <vector>
@@ -29,7 +35,8 @@ redisReply* run(redisContext* c, std::vector<std::string> args) {
     argv.push_back(a.data());
     lengths.push_back(a.size());
   }
-  auto* reply = static_cast<redisReply*>(redisCommandArgv(c, static_cast<int>(args.size()), argv.data(), lengths.data()));
+  auto* reply = static_cast<redisReply*>(
+      redisCommandArgv(c, static_cast<int>(args.size()), argv.data(), lengths.data()));
   if (!reply || reply->type == REDIS_REPLY_ERROR) {
     std::fprintf(stderr, "yardstick: %s: %s\n", args[0].c_str(), reply ? reply->str : c->errstr);
     std::exit(1);
@@ -49,42 +56,98 @@ redisContext* connect(char** argv) {
 
 void report(const char* what, std::vector<double>& us) {
   std::sort(us.begin(), us.end());
-  std::printf("{\"backend\":\"redis\",\"yardstick\":\"%s\",\"n\":%zu,\"p50_us\":%.1f,\"p99_us\":%.1f}\n", what,
-              us.size(), us[us.size() / 2], us[us.size() * 99 / 100]);
+  std::printf("{\"backend\":\"redis\",\"yardstick\":\"%s\",\"n\":%zu,\"p50_us\":%.1f,\"p99_us\":%.1f}\n",
+              what, us.size(), us[us.size() / 2], us[us.size() * 99 / 100]);
 }
 
 double since(Clock::time_point start) {
   return std::chrono::duration<double, std::micro>(Clock::now() - start).count();
 }
 
+// A script as dlock sends it: common.lua prepended (cmake/embed_lua.cmake).
+std::string script(const std::string& dir, const std::string& name) {
+  std::stringstream text;
+  for (const auto& file : {dir + "/common.lua", dir + "/" + name + ".lua"}) {
+    std::ifstream in(file);
+    if (!in) {
+      std::fprintf(stderr, "yardstick: cannot read %s\n", file.c_str());
+      std::exit(1);
+    }
+    text << in.rdbuf() << '\n';
+  }
+  return text.str();
+}
+
+std::string load(redisContext* c, const std::string& source) {
+  redisReply* loaded = run(c, {"SCRIPT", "LOAD", source});
+  std::string sha(loaded->str, loaded->len);
+  freeReplyObject(loaded);
+  return sha;
+}
+
+// One uncontended cycle, with the keys and arguments RedisBackend sends, in a namespace of its own.
+void cycle(redisContext* c, const std::string& acquire, const std::string& release) {
+  const std::string lock = "dlock-yardstick:{cycle}";
+  const std::vector<std::string> keys{lock,         lock + ":seq",          lock + ":q",
+                                      lock + ":qi", "dlock-yardstick:held", "dlock-yardstick:keys"};
+  std::vector<std::string> command{"EVALSHA", acquire, "6"};
+  command.insert(command.end(), keys.begin(), keys.end());
+  command.insert(command.end(), {"cycle", "yardstick", "30000", "0", "", "3000"});
+  redisReply* got = run(c, command);
+  const std::string token(got->element[1]->str, got->element[1]->len);
+  freeReplyObject(got);
+  command = {"EVALSHA", release, "6"};
+  command.insert(command.end(), keys.begin(), keys.end());
+  command.insert(command.end(), {"cycle", "yardstick", token});
+  freeReplyObject(run(c, command));
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
   if (argc < 5) {
-    std::fprintf(stderr, "usage: %s HOST PORT USER PASSWORD [ITERATIONS]\n", argv[0]);
+    std::fprintf(stderr, "usage: %s HOST PORT USER PASSWORD [ITERATIONS [LUA_DIR]]\n", argv[0]);
     return 64;
   }
   const int n = argc > 5 ? std::atoi(argv[5]) : 20000;
   redisContext* c = connect(argv);
-  std::vector<double> samples;
 
-  for (int i = 0; i < n; ++i) {
-    const auto start = Clock::now();
-    freeReplyObject(run(c, {"PING"}));
-    samples.push_back(since(start));
+  struct Primitive {
+    const char* name;
+    std::function<void()> op;
+    std::vector<double> samples;
+  };
+  std::vector<Primitive> primitives;
+  primitives.push_back({"PING", [c] { freeReplyObject(run(c, {"PING"})); }, {}});
+  const std::string trivial = load(c, "return 1");
+  primitives.push_back({"EVALSHA return 1",
+                        [c, &trivial] {
+                          freeReplyObject(run(c, {"EVALSHA", trivial, "0"}));
+                        },
+                        {}});
+  std::string acquire, release;
+  if (argc > 6) {
+    acquire = load(c, script(argv[6], "acquire"));
+    release = load(c, script(argv[6], "release"));
+    primitives.push_back({"EVALSHA acquire + release (dlock's scripts)",
+                          [c, &acquire, &release] { cycle(c, acquire, release); },
+                          {}});
   }
-  report("PING", samples);
-
-  redisReply* loaded = run(c, {"SCRIPT", "LOAD", "return 1"});
-  const std::string sha(loaded->str, loaded->len);
-  freeReplyObject(loaded);
-  samples.clear();
-  for (int i = 0; i < n; ++i) {
-    const auto start = Clock::now();
-    freeReplyObject(run(c, {"EVALSHA", sha, "0"}));
-    samples.push_back(since(start));
+  constexpr int kRounds = 20;
+  for (int round = 0; round < kRounds; ++round) {
+    for (auto& p : primitives) {
+      for (int i = 0; i < n / kRounds; ++i) {
+        const auto start = Clock::now();
+        p.op();
+        p.samples.push_back(since(start));
+      }
+    }
   }
-  report("EVALSHA return 1", samples);
+  for (auto& p : primitives) report(p.name, p.samples);
+  if (argc > 6) {
+    freeReplyObject(
+        run(c, {"DEL", "dlock-yardstick:{cycle}:seq", "dlock-yardstick:held", "dlock-yardstick:keys"}));
+  }
 
   // The waiter blocks in BLPOP; the pusher sends RPUSH once it is blocked (a sleep suffices:
   // the BLPOP is sent long before) and the waiter timestamps the wake.
