@@ -21,10 +21,6 @@
 #include "support/redis_servers.hpp"
 #include "support/server_test.hpp"
 
-#ifndef DLOCK_REDIS_SCRIPT
-#error "DLOCK_REDIS_SCRIPT must name scripts/servers/redis.sh"
-#endif
-
 namespace dlock {
 namespace {
 
