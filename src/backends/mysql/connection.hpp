@@ -16,6 +16,8 @@
 #include <unordered_map>
 #include <vector>
 
+#include "backends/pooled.hpp"
+
 namespace dlock::backends::mysql {
 
 struct ConnectOptions {
@@ -108,7 +110,7 @@ class Pool {
  public:
   explicit Pool(ConnectOptions options) : options_(std::move(options)) {}
 
-  class Lease;
+  using Lease = Pooled<Pool, Connection>;
   // Any idle connection, or a new one. Throws SqlError when connecting fails.
   Lease take();
   // An idle connection whose serial is not listed, or a new one.
@@ -120,7 +122,7 @@ class Pool {
   const ConnectOptions& options() const noexcept { return options_; }
 
  private:
-  friend class Lease;
+  friend Lease;
   void give_back(std::unique_ptr<Connection> connection);
 
   ConnectOptions options_;
@@ -128,23 +130,6 @@ class Pool {
   std::condition_variable returned_;
   std::vector<std::unique_ptr<Connection>> idle_;
   std::unordered_map<std::uint64_t, bool> busy_;  // serials of open connections: in use?
-};
-
-class Pool::Lease {
- public:
-  Lease(Pool& pool, std::unique_ptr<Connection> connection) : pool_(&pool), connection_(std::move(connection)) {}
-  Lease(Lease&& other) noexcept = default;
-  Lease& operator=(Lease&&) = delete;
-  Lease(const Lease&) = delete;
-  ~Lease() {
-    if (connection_) pool_->give_back(std::move(connection_));
-  }
-  Connection* operator->() const noexcept { return connection_.get(); }
-  Connection& operator*() const noexcept { return *connection_; }
-
- private:
-  Pool* pool_;
-  std::unique_ptr<Connection> connection_;
 };
 
 }  // namespace dlock::backends::mysql

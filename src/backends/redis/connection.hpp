@@ -16,6 +16,7 @@
 #include <string_view>
 #include <vector>
 
+#include "backends/pooled.hpp"
 #include "core/url.hpp"
 
 namespace dlock::backends::redis {
@@ -106,43 +107,18 @@ class Pool {
  public:
   explicit Pool(Endpoint endpoint) : endpoint_(std::move(endpoint)) {}
 
-  class Lease;
+  using Lease = Pooled<Pool, Connection>;
   // An idle connection still open, or a new one. Throws RedisError when connecting fails.
   Lease take();
   const Endpoint& endpoint() const noexcept { return endpoint_; }
 
  private:
-  friend class Lease;
+  friend Lease;
   void give_back(std::unique_ptr<Connection> connection);
 
   Endpoint endpoint_;
   std::mutex mutex_;
   std::vector<std::unique_ptr<Connection>> idle_;
-};
-
-class Pool::Lease {
- public:
-  Lease(Pool& pool, std::unique_ptr<Connection> connection) : pool_(&pool), connection_(std::move(connection)) {}
-  Lease(Lease&& other) noexcept = default;
-  Lease& operator=(Lease&& other) noexcept {
-    if (this != &other) {
-      if (connection_) pool_->give_back(std::move(connection_));
-      pool_ = other.pool_;
-      connection_ = std::move(other.connection_);
-    }
-    return *this;
-  }
-  Lease(const Lease&) = delete;
-  Lease& operator=(const Lease&) = delete;
-  ~Lease() {
-    if (connection_) pool_->give_back(std::move(connection_));
-  }
-  Connection* operator->() const noexcept { return connection_.get(); }
-  Connection& operator*() const noexcept { return *connection_; }
-
- private:
-  Pool* pool_;
-  std::unique_ptr<Connection> connection_;
 };
 
 // The scripts one server runs, each loaded once (SCRIPT LOAD) and run by EVALSHA; loaded

@@ -38,9 +38,6 @@
 #include "support/mysql_rows.hpp"
 #include "support/server_test.hpp"
 
-#ifndef DLOCK_MARIADB_SCRIPT
-#error "DLOCK_MARIADB_SCRIPT must name scripts/servers/mariadb.sh"
-#endif
 
 namespace dlock {
 namespace {
@@ -252,7 +249,7 @@ class MysqlFault : public ::testing::Test {
   Clock::duration restart_server() {
     const auto start = Clock::now();
     const std::string command =
-        std::string(DLOCK_MARIADB_SCRIPT) + " restart '" + *env("DLOCK_MYSQL_DIR") + "' >/dev/null";
+        std::string(DLOCK_SERVER_SCRIPT) + " restart '" + *env("DLOCK_MYSQL_DIR") + "' >/dev/null";
     EXPECT_EQ(std::system(command.c_str()), 0) << command;  // NOLINT(concurrency-mt-unsafe)
     const auto took = Clock::now() - start;
     std::fprintf(stderr, "restart took %lld ms\n", ms(took));

@@ -38,9 +38,6 @@
 #include "support/redis_servers.hpp"
 #include "support/server_test.hpp"
 
-#ifndef DLOCK_REDIS_SCRIPT
-#error "DLOCK_REDIS_SCRIPT must name scripts/servers/redis.sh"
-#endif
 
 namespace dlock {
 namespace {
@@ -129,7 +126,7 @@ TEST_F(Redis, ScriptsAreLoadedAgainAfterScriptFlush) {
 // A server of its own, restarted without persistence: the lock is gone, the holder's next
 // renewal finds that and reports the loss, a blocked waiter gets the key, and tokens keep rising.
 TEST_F(Redis, RestartWithoutPersistenceIsALossForTheHolder) {
-  test::RedisServers server(DLOCK_REDIS_SCRIPT, 1);
+  test::RedisServers server(DLOCK_SERVER_SCRIPT, 1);
   const std::string url = server.url(0);
 
   Client holder = Client::open(url);

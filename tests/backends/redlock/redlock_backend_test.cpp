@@ -46,7 +46,7 @@ class Redlock : public ::testing::Test {
  protected:
   void start(int servers) {
     if (!env("DLOCK_REDIS_URL")) GTEST_SKIP() << "DLOCK_REDIS_URL is not set: Redis is not part of this run";
-    servers_ = std::make_unique<test::RedisServers>(DLOCK_REDIS_SCRIPT, servers);
+    servers_ = std::make_unique<test::RedisServers>(DLOCK_SERVER_SCRIPT, servers);
     url_ = servers_->env("DLOCK_REDLOCK_URL");
   }
   std::string key(const std::string& name = "k") const {
