@@ -1,10 +1,15 @@
 // The yardstick beside dlock's redis:// figures: the bare server primitives through hiredis,
 // as dlock sends them. Prints one JSON line per primitive (p50 and p99 in µs):
 //   - on one connection: a round trip (PING), a trivial script (EVALSHA of `return 1`), the
-//     floor under every acquire and release, and with LUA_DIR (src/backends/redis/lua) the
-//     uncontended cycle of dlock's own scripts (EVALSHA of acquire, then of release), the
-//     floor under `dlock bench --workload uncontended`: what the client adds is the difference.
-//     The three are sampled in alternating rounds, as the VM's wake-up latency drifts;
+//     floor under every acquire and release, and with LUA_DIR (src/backends/redis/lua) three
+//     uncontended cycles (an EVALSHA to acquire, then one to release, with the keys and
+//     arguments dlock sends):
+//       - empty scripts: the floor of any cycle made of two scripts;
+//       - a lean lock: one hash per key, one read and one write per script, no reentrancy,
+//         queue or index: about the least server work a fenced lease can take;
+//       - dlock's own scripts: the floor under `dlock bench --workload uncontended`; what the
+//         client adds is the difference.
+//     All are sampled in alternating rounds, as the VM's wake-up latency drifts;
 //   - between two connections, from the sending of an RPUSH to the return of the other's
 //     blocked BLPOP: the wake-up a handoff adds to the release's round trip.
 //
@@ -85,16 +90,33 @@ std::string load(redisContext* c, const std::string& source) {
   return sha;
 }
 
-// One uncontended cycle, with the keys and arguments RedisBackend sends, in a namespace of its own.
-void cycle(redisContext* c, const std::string& acquire, const std::string& release) {
-  const std::string lock = "dlock-yardstick:{cycle}";
+// The lean lock of the yardstick: the hash KEYS[1] holds the owner (o), token (t), expiry by
+// the server's clock (e) and the last token (s), which outlives the lease.
+constexpr const char* kLeanAcquire = R"(
+local now = redis.call('TIME')
+local now_ms = tonumber(now[1]) * 1000 + math.floor(tonumber(now[2]) / 1000)
+local v = redis.call('HMGET', KEYS[1], 'o', 't', 'e', 's')
+if v[1] and tonumber(v[3]) > now_ms then return {0, v[1], v[2]} end
+local token = (tonumber(v[4]) or 0) + 1
+redis.call('HSET', KEYS[1], 's', token, 'o', ARGV[2], 't', token, 'e', now_ms + tonumber(ARGV[3]))
+return {1, token, 1})";
+constexpr const char* kLeanRelease = R"(
+local v = redis.call('HMGET', KEYS[1], 'o', 't')
+if v[1] ~= ARGV[2] or v[2] ~= ARGV[3] then return -1 end
+redis.call('HDEL', KEYS[1], 'o', 't', 'e')
+return 0)";
+
+// One uncontended cycle, with the keys and arguments RedisBackend sends, in a namespace of its
+// own; `lock` names the cycle's lock key.
+void cycle(redisContext* c, const std::string& lock, const std::string& acquire, const std::string& release) {
   const std::vector<std::string> keys{lock,         lock + ":seq",          lock + ":q",
                                       lock + ":qi", "dlock-yardstick:held", "dlock-yardstick:keys"};
   std::vector<std::string> command{"EVALSHA", acquire, "6"};
   command.insert(command.end(), keys.begin(), keys.end());
   command.insert(command.end(), {"cycle", "yardstick", "30000", "0", "", "3000"});
   redisReply* got = run(c, command);
-  const std::string token(got->element[1]->str, got->element[1]->len);
+  const redisReply* t = got->element[1];
+  const std::string token = t->type == REDIS_REPLY_INTEGER ? std::to_string(t->integer) : std::string(t->str, t->len);
   freeReplyObject(got);
   command = {"EVALSHA", release, "6"};
   command.insert(command.end(), keys.begin(), keys.end());
@@ -125,12 +147,22 @@ int main(int argc, char** argv) {
                           freeReplyObject(run(c, {"EVALSHA", trivial, "0"}));
                         },
                         {}});
-  std::string acquire, release;
+  std::string acquire, release, empty_acquire, empty_release, lean_acquire, lean_release;
   if (argc > 6) {
+    empty_acquire = load(c, "return {1, 1, 1}");
+    empty_release = load(c, "return 0");
+    lean_acquire = load(c, kLeanAcquire);
+    lean_release = load(c, kLeanRelease);
     acquire = load(c, script(argv[6], "acquire"));
     release = load(c, script(argv[6], "release"));
+    primitives.push_back({"EVALSHA cycle of empty scripts (dlock's keys and args)",
+                          [&] { cycle(c, "dlock-yardstick:{empty}", empty_acquire, empty_release); },
+                          {}});
+    primitives.push_back({"EVALSHA cycle of a lean lock (one read, one write each)",
+                          [&] { cycle(c, "dlock-yardstick:{lean}", lean_acquire, lean_release); },
+                          {}});
     primitives.push_back({"EVALSHA acquire + release (dlock's scripts)",
-                          [c, &acquire, &release] { cycle(c, acquire, release); },
+                          [&] { cycle(c, "dlock-yardstick:{cycle}", acquire, release); },
                           {}});
   }
   constexpr int kRounds = 20;
@@ -146,7 +178,8 @@ int main(int argc, char** argv) {
   for (auto& p : primitives) report(p.name, p.samples);
   if (argc > 6) {
     freeReplyObject(
-        run(c, {"DEL", "dlock-yardstick:{cycle}:seq", "dlock-yardstick:held", "dlock-yardstick:keys"}));
+        run(c, {"DEL", "dlock-yardstick:{cycle}:seq", "dlock-yardstick:{lean}", "dlock-yardstick:held",
+                "dlock-yardstick:keys"}));
   }
 
   // The waiter blocks in BLPOP; the pusher sends RPUSH once it is blocked (a sleep suffices:
