@@ -26,6 +26,7 @@
 
 #include <chrono>
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <optional>
 #include <string>
@@ -53,7 +54,8 @@ struct AcquireRequest {
 // The key is ours. A new acquisition has hold_count 1 and a fresh fencing token, strictly
 // greater than every token the key ever had (across release, expiry, force-release,
 // restarts and clean-up). A re-entry by the same owner while its lease is live keeps the
-// token, increments the hold count and extends the lease to `ttl` from now.
+// token, increments the hold count and extends the lease to `ttl` from now, never shortening
+// it: the lease ends at the later of its current end and now + ttl.
 struct Acquired {
   std::uint64_t token = 0;
   std::uint32_t hold_count = 1;
@@ -120,16 +122,31 @@ class DLOCK_EXPORT Backend {
   // Extends a live lease to `ttl` from now. False when the lease is no longer ours.
   virtual bool renew(const LeaseRef& lease, std::chrono::milliseconds ttl) = 0;
   // Drops one hold. Returns the holds left (0: the key is free now), or nothing when the
-  // lease was no longer ours (expired, force-released, taken over).
+  // lease was no longer ours (expired, force-released, taken over). The release of a holder
+  // evicted with Eviction::delayed frees the key (it acknowledges the loss) and answers nothing.
   virtual std::optional<std::uint32_t> release(const LeaseRef& lease) = 0;
 
   // Admin: the live holder of a key, if any.
   virtual std::optional<LockInfo> inspect(std::string_view key) = 0;
   // Admin: live locks whose key starts with `prefix`, in key order, after key `after`.
   virtual ListPage list(std::string_view prefix, std::string_view after, std::size_t limit) = 0;
-  // Admin: frees the key whoever holds it; returns what was held, if anything. The evicted
-  // holder learns of it at its next renew or release.
-  virtual std::optional<LockInfo> force_release(std::string_view key) = 0;
+  // Admin: evicts the key's holder, whoever it is; returns what was held, if anything (an
+  // already evicted holder counts as held). From then on the holder's renew() answers false
+  // and acquire() by its owner is no re-entry.
+  //  * Eviction::immediate: the key is free at once (a waiter is woken, as by a release).
+  //  * Eviction::delayed: the holder stays recorded with its token and expiry, hold count 0 and
+  //    LockInfo::evicted; acquire() by anyone answers Held with that holder until the holder's
+  //    release() (same owner and token; answers nothing, as for any lease no longer ours) frees
+  //    the key and wakes a waiter, or its lease runs out.
+  virtual std::optional<LockInfo> force_release(std::string_view key, Eviction eviction) = 0;
+  // Optional push for evicted holders, so they stop within about a second rather than at their
+  // next renewal. A backend that can notify calls `evicted(key)` for every force-release of
+  // `key` by any client, from any thread but never inside another of its own calls, and
+  // returns true; the callback returns at once (the core schedules a check of its own leases
+  // of that key with inspect(), so a spurious call costs one round trip). Called once, before
+  // any lock is taken; a backend that cannot notify returns false. The callback may run until
+  // the backend is destroyed.
+  virtual bool watch_evictions(std::function<void(std::string_view key)> /*evicted*/) { return false; }
 
   // The wake-up channel for waiters on `key` (and, for queue stores, behind `ticket`).
   virtual std::unique_ptr<WakeChannel> wake_channel(std::string_view key, std::string_view ticket) = 0;

@@ -204,7 +204,11 @@ class DLOCK_EXPORT Client {
   std::optional<LockInfo> inspect(std::string_view key) const;
   ListPage list(std::string_view prefix = {}, std::string_view after = {},
                 std::size_t limit = 100) const;
-  std::optional<LockInfo> force_release(std::string_view key) const;
+  // Evicts the key's holder; returns what was held. By default (Eviction::delayed) the key
+  // stays closed to new holders until the evicted holder has released it or its lease runs
+  // out; Eviction::immediate frees it at once. The holder learns at its next renewal, or
+  // within about a second where the store can notify.
+  std::optional<LockInfo> force_release(std::string_view key, Eviction eviction = Eviction::delayed) const;
   std::size_t collect_idle() const;
   // What this client did since it opened (see Activity); it adds the same to the store's
   // totals every few seconds and when its last copy goes.

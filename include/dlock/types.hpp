@@ -33,6 +33,20 @@ struct LockInfo {
   // Clients queued for the key, where the store keeps a queue (redis://; inspect and list
   // only); nothing elsewhere.
   std::optional<std::uint32_t> waiters;
+  // Force-released with a lock delay (Eviction::delayed): the holder has been told its lease is
+  // gone, and the key stays closed to new holders until that holder releases it (acknowledging
+  // the loss) or its lease runs out, whichever is first. hold_count is 0 then.
+  bool evicted = false;
+};
+
+// How a force-release treats the evicted holder, which learns of it only at its next renewal
+// (or, where the store can notify, within about a second).
+enum class Eviction {
+  // The default (Chubby's lock delay): the key stays closed to new holders until the evicted
+  // holder has released it or its lease would have run out, so it never overlaps the next.
+  delayed,
+  // The key is free at once: the next holder may run while the evicted one still does.
+  immediate,
 };
 
 // What clients did, as counters. Each client counts its own (Client::activity) and adds them

@@ -45,9 +45,15 @@ std::string describe(const LockInfo& holder) {
 }  // namespace
 
 ClientState::ClientState(std::shared_ptr<backend::Backend> backend_, std::string url_)
-    : backend(std::move(backend_)), id(random_client_id()), url(std::move(url_)) {}
+    : backend(std::move(backend_)), id(random_client_id()), url(std::move(url_)) {
+  eviction_inbox_->client = this;
+}
 
 ClientState::~ClientState() {
+  {
+    std::lock_guard lock(eviction_inbox_->mutex);
+    eviction_inbox_->client = nullptr;
+  }
   if (store_failing_.load()) return;
   try {
     activity.flush(*backend);
@@ -180,7 +186,8 @@ Lease ClientState::make_lease(std::string key, const LockSpec& spec,
       std::lock_guard state_lock(state->mutex);
       if (!state->finished) {
         ++state->local_holds;
-        state->set_valid_until(valid_until);  // a re-entry extends the lease to ttl from now
+        // A re-entry extends the lease to ttl from now, and never shortens it.
+        state->set_valid_until(std::max(state->valid_until_time(), valid_until));
         return Lease(shared_from_this(), state, acquired.hold_count);
       }
     }
@@ -295,6 +302,50 @@ void ClientState::mark_lost(LeaseState& state, LossReason reason, std::string me
       core::log(LogLevel::error, std::string("a loss callback threw: ") + e.what());
     }
   }
+}
+
+void ClientState::watch_evictions() {
+  // Not a weak_ptr: the backend's thread must never end up owning, and so destroying, the
+  // client that owns the backend.
+  backend->watch_evictions([inbox = eviction_inbox_](std::string_view key) {
+    std::lock_guard lock(inbox->mutex);
+    if (inbox->client) inbox->client->check_eviction_soon(key);
+  });
+}
+
+void ClientState::check_eviction_soon(std::string_view key) {
+  std::vector<std::weak_ptr<LeaseState>> leases;
+  {
+    std::lock_guard lock(registry_mutex_);
+    for (auto it = registry_.lower_bound({std::string(key), {}}); it != registry_.end() && it->first.first == key; ++it)
+      leases.push_back(it->second);
+  }
+  for (auto& weak : leases) {
+    renewals.schedule(SteadyClock::now(), [this, weak]() -> std::optional<SteadyClock::time_point> {
+      if (auto state = weak.lock()) check_eviction(*state);
+      return std::nullopt;
+    });
+  }
+}
+
+// The store said the key was force-released: the lease is lost if the store no longer shows it
+// as this acquisition's, or shows it evicted. Asking, not trusting the notice, keeps a spurious
+// or late notice harmless.
+void ClientState::check_eviction(LeaseState& state) {
+  {
+    std::lock_guard lock(state.mutex);
+    if (state.finished || state.lost.load()) return;
+  }
+  std::optional<LockInfo> holder;
+  try {
+    holder = backend->inspect(state.key);
+  } catch (const std::exception& e) {
+    core::log(LogLevel::debug, "could not check '" + state.key + "' after a force-release notice: " + e.what());
+    return;  // the next renewal finds out
+  }
+  if (holder && holder->owner == state.spec.owner && holder->token == state.token && !holder->evicted) return;
+  mark_lost(state, LossReason::not_owner,
+            "'" + state.key + "' (token " + std::to_string(state.token) + ") was force-released or taken over");
 }
 
 void ClientState::unschedule(LeaseState& state) {
@@ -566,13 +617,17 @@ Client Client::open(std::string_view url) {
     chosen = env && *env ? env : embedded_default_url();
   }
   const auto parsed = core::Url::parse(chosen);
-  return Client(std::make_shared<detail::ClientState>(backends::open_backend(parsed), parsed.redacted()));
+  auto state = std::make_shared<detail::ClientState>(backends::open_backend(parsed), parsed.redacted());
+  state->watch_evictions();
+  return Client(std::move(state));
 }
 
 Client Client::with_backend(std::shared_ptr<backend::Backend> backend) {
   if (!backend) throw InvalidArgument("Client::with_backend needs a backend");
   std::string url = std::string(backend->name()) + "://(custom)";
-  return Client(std::make_shared<detail::ClientState>(std::move(backend), std::move(url)));
+  auto state = std::make_shared<detail::ClientState>(std::move(backend), std::move(url));
+  state->watch_evictions();
+  return Client(std::move(state));
 }
 
 std::string Client::embedded_default_url() {
@@ -639,9 +694,9 @@ ListPage Client::list(std::string_view prefix, std::string_view after, std::size
   return state_->backend->list(prefix, after, limit);
 }
 
-std::optional<LockInfo> Client::force_release(std::string_view key) const {
+std::optional<LockInfo> Client::force_release(std::string_view key, Eviction eviction) const {
   core::validate_key(key, state_->backend->max_key_bytes());
-  auto released = state_->backend->force_release(key);
+  auto released = state_->backend->force_release(key, eviction);
   if (released) core::log(LogLevel::info, "force-released '" + std::string(key) + "', " + detail::describe(*released));
   return released;
 }

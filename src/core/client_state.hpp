@@ -86,6 +86,8 @@ struct ClientState : std::enable_shared_from_this<ClientState> {
   void release(Lease& lease);
   void renew(LeaseState& state, std::chrono::milliseconds ttl);
   void drop_hold(const std::shared_ptr<LeaseState>& state);
+  // Subscribes to the backend's eviction notices (Backend::watch_evictions), once.
+  void watch_evictions();
   // Stops renewing and watching a lease that is finished or lost.
   void unschedule(LeaseState& state);
   // Marks the lease lost once and tells its callbacks and stop token.
@@ -100,10 +102,19 @@ struct ClientState : std::enable_shared_from_this<ClientState> {
                    SteadyClock::time_point sent);
   std::optional<SteadyClock::time_point> renew_due(const std::shared_ptr<LeaseState>& state);
   std::optional<SteadyClock::time_point> deadline_due(const std::shared_ptr<LeaseState>& state);
+  void check_eviction_soon(std::string_view key);
+  void check_eviction(LeaseState& state);
 
   std::atomic<bool> flush_scheduled_{false};
   // The last renewal attempt failed: a final flush could only wait for a timeout.
   std::atomic<bool> store_failing_{false};
+
+  // Where the backend's eviction notices go while this client lives.
+  struct EvictionInbox {
+    std::mutex mutex;
+    ClientState* client = nullptr;
+  };
+  const std::shared_ptr<EvictionInbox> eviction_inbox_ = std::make_shared<EvictionInbox>();
 
   std::mutex registry_mutex_;
   std::map<std::pair<std::string, std::string>, std::weak_ptr<LeaseState>> registry_;

@@ -205,6 +205,25 @@ TEST_P(Conformance, ReentryExtendsTheLease) {
   EXPECT_FALSE(client.inspect(k));
 }
 
+// A re-entry with a shorter TTL never shortens the lease the outer hold relies on.
+TEST_P(Conformance, ReentryNeverShortensTheLease) {
+  Client client = open();
+  const std::string k = key();
+  Lease outer = client.acquire(k, {.ttl = 10s});
+  const auto outer_until = outer.valid_until();
+  Lease inner = client.acquire(k, {.ttl = 1s});
+  EXPECT_EQ(inner.token(), outer.token());
+  const auto info = client.inspect(k);
+  ASSERT_TRUE(info);
+  EXPECT_GT(info->ttl_left, 8s) << "the re-entry shortened the backend's lease";
+  EXPECT_GE(inner.valid_until(), outer_until) << "the re-entry shortened valid_until";
+  std::this_thread::sleep_for(1500ms);
+  EXPECT_FALSE(outer.lost());
+  EXPECT_FALSE(open().try_acquire(k)) << "taken after the inner hold's TTL, inside the outer one's";
+  inner.release();
+  outer.release();
+}
+
 TEST_P(Conformance, DifferentThreadsAreDifferentOwners) {
   Client client = open();
   const std::string k = key();
@@ -311,7 +330,7 @@ TEST_P(Conformance, ForceReleaseSeenByHolderInAnotherProcess) {
   auto [holder, holder_token, holder_owner] = start_holder(url(), k, 600, ready);
   ASSERT_NE(holder_token, 0u) << "the holder never reported its lease";
 
-  const auto released = admin.force_release(k);
+  const auto released = admin.force_release(k, Eviction::immediate);
   ASSERT_TRUE(released) << "force_release found nothing held";
   EXPECT_EQ(released->token, holder_token);
   EXPECT_EQ(released->owner, holder_owner);
@@ -324,6 +343,49 @@ TEST_P(Conformance, ForceReleaseSeenByHolderInAnotherProcess) {
   auto next = admin.try_acquire(k);
   ASSERT_TRUE(next);
   EXPECT_GT(next.lease().token(), holder_token);
+}
+
+// The default force-release (lock delay) keeps the key closed while the evicted holder in
+// another process may still run: it dies without releasing, so the key opens when its lease
+// would have run out, not before.
+TEST_P(Conformance, ForceReleaseLockDelayOutlastsADeadHolder) {
+  DLOCK_SKIP_UNLESS_MULTI_PROCESS();
+  const std::string k = key();
+  const std::string ready = (temp_dir() / "ready").string();
+  Client admin = open();
+  auto [holder, holder_token, holder_owner] = start_holder(url(), k, 1500, ready);
+  ASSERT_NE(holder_token, 0u) << "the holder never reported its lease";
+
+  const auto released = admin.force_release(k);
+  ASSERT_TRUE(released);
+  EXPECT_EQ(released->token, holder_token);
+  const auto evicted = admin.inspect(k);
+  ASSERT_TRUE(evicted) << "a delayed force-release must keep the evicted holder on record";
+  EXPECT_TRUE(evicted->evicted);
+  EXPECT_EQ(evicted->owner, holder_owner);
+  EXPECT_EQ(evicted->token, holder_token);
+  EXPECT_EQ(evicted->hold_count, 0u);
+  const auto status = holder.wait_for(10s);
+  ASSERT_TRUE(status) << "the evicted holder never noticed the force-release";
+  EXPECT_EQ(*status, 42) << "the holder ended without reporting the loss";
+  const auto died = Clock::now();
+  const auto still = admin.inspect(k);
+  Attempt early = admin.try_acquire(k);
+  if (still && still->ttl_left > 100ms) {
+    EXPECT_FALSE(early) << "taken " << still->ttl_left.count() << " ms before the evicted lease ran out";
+    ASSERT_TRUE(early.holder());
+    EXPECT_TRUE(early.holder()->evicted);
+  }
+  if (!early) {
+    auto next = admin.try_acquire_for(k, 10s);
+    ASSERT_TRUE(next) << "the key never opened after the evicted holder's lease";
+    if (still) {
+      EXPECT_GE(ms(Clock::now() - died), still->ttl_left.count() - 50) << "opened before the lease's end";
+    }
+    EXPECT_GT(next.lease().token(), holder_token);
+  } else {
+    EXPECT_GT(early.lease().token(), holder_token);
+  }
 }
 
 TEST_P(Conformance, RenewalKeepsLockPastTtl) {
@@ -363,7 +425,7 @@ TEST_P(Conformance, LossDetectedAfterForceRelease) {
   std::promise<LossInfo> lost;
   std::atomic<int> callbacks{0};
   std::atomic<bool> stop_seen{false};
-  Lease lease = client.acquire(k, {.ttl = 600ms, .auto_renew = true});
+  Lease lease = client.acquire(k, {.ttl = 3s, .auto_renew = true});
   lease.on_lost([&](const LossInfo& info) {
     if (callbacks++ == 0) lost.set_value(info);
   });
@@ -371,6 +433,13 @@ TEST_P(Conformance, LossDetectedAfterForceRelease) {
 
   const auto released = admin.force_release(k);
   ASSERT_TRUE(released);
+  // Closed to others, and to the evicted owner too, until it acknowledges its loss.
+  Attempt meanwhile = admin.try_acquire(k);
+  EXPECT_FALSE(meanwhile) << "a delayed force-release let a new holder in at once";
+  if (meanwhile.holder()) {
+    EXPECT_TRUE(meanwhile.holder()->evicted);
+    EXPECT_EQ(meanwhile.holder()->token, lease.token());
+  }
   EXPECT_EQ(released->token, lease.token());
   EXPECT_EQ(released->owner, lease.owner());
 
@@ -399,9 +468,74 @@ TEST_P(Conformance, LossDetectedAfterForceRelease) {
     EXPECT_TRUE(message_names(e.what(), {k}, {}));
   }
   EXPECT_EQ(callbacks.load(), 1) << "the loss callback must run once";
+  // The release acknowledged the loss: the key is open at once, well before the 3 s lease ends.
   auto next = admin.try_acquire(k);
-  ASSERT_TRUE(next);
+  ASSERT_TRUE(next) << "the evicted holder's release did not open the key";
   EXPECT_GT(next.lease().token(), released->token);
+}
+
+TEST_P(Conformance, ForceReleaseImmediateFreesAtOnce) {
+  Client client = open();
+  Client admin = open();
+  const std::string k = key();
+  Lease lease = client.acquire(k, {.ttl = 10s, .auto_renew = true});
+  const auto released = admin.force_release(k, Eviction::immediate);
+  ASSERT_TRUE(released);
+  EXPECT_FALSE(released->evicted);
+  EXPECT_FALSE(admin.inspect(k));
+  auto next = admin.try_acquire(k);
+  ASSERT_TRUE(next) << "an immediate force-release left the key closed";
+  EXPECT_GT(next.lease().token(), lease.token());
+  EXPECT_THROW(lease.renew(), LockLostError);
+  EXPECT_THROW(lease.release(), LockLostError);
+  EXPECT_TRUE(admin.inspect(k)) << "the evicted holder's release touched the new acquisition";
+}
+
+// The evicted holder cannot re-enter, renew or shorten its way back; its release opens the key
+// and wakes a waiter.
+TEST_P(Conformance, ForceReleaseDelayEndsWithTheHoldersRelease) {
+  Client client = open();
+  Client admin = open();
+  Client waiter = open();
+  const std::string k = key();
+  Lease lease = client.acquire(k, {.ttl = 20s});
+  ASSERT_TRUE(admin.force_release(k));
+  const auto evicted = admin.inspect(k);
+  ASSERT_TRUE(evicted);
+  EXPECT_TRUE(evicted->evicted);
+  EXPECT_EQ(evicted->hold_count, 0u);
+  EXPECT_GT(evicted->ttl_left, 15s) << "the lock delay must keep the holder's lease as it was";
+  EXPECT_FALSE(client.try_acquire(k)) << "the evicted owner re-entered";
+  EXPECT_FALSE(client.try_acquire(k, {.ttl = 20s})) << "the evicted owner re-entered";
+  auto waited = std::async(std::launch::async, [&] { return waiter.try_acquire_for(k, 15s); });
+  std::this_thread::sleep_for(200ms);
+  EXPECT_THROW(lease.renew(), LockLostError);
+  const auto acknowledged = Clock::now();
+  EXPECT_THROW(lease.release(), LockLostError);
+  Attempt next = waited.get();
+  ASSERT_TRUE(next) << "the waiter never got the key after the evicted holder released it";
+  EXPECT_LT(ms(Clock::now() - acknowledged), 5000) << "ms from the acknowledgement to the waiter's acquisition";
+  EXPECT_GT(next.lease().token(), evicted->token);
+}
+
+// Where the store can notify, an evicted holder learns within about a second, long before its
+// next renewal (TTL/3 = 10 s here).
+TEST_P(Conformance, EvictedHolderLearnsWithinASecond) {
+  if (!GetParam().notifies_evictions) GTEST_SKIP() << GetParam().name << " cannot notify an evicted holder";
+  Client client = open();
+  Client admin = open();
+  const std::string k = key();
+  std::promise<LossInfo> lost;
+  Lease lease = client.acquire(k, {.ttl = 30s, .auto_renew = true});
+  lease.on_lost([&](const LossInfo& info) { lost.set_value(info); });
+  const auto forced = Clock::now();
+  ASSERT_TRUE(admin.force_release(k));
+  auto future = lost.get_future();
+  ASSERT_EQ(future.wait_for(5s), std::future_status::ready) << "the evicted holder was not told within 5 s";
+  EXPECT_LT(ms(Clock::now() - forced), 1500) << "ms from the force-release to the holder's loss";
+  EXPECT_EQ(future.get().reason, LossReason::not_owner);
+  EXPECT_THROW(lease.release(), LockLostError);
+  EXPECT_TRUE(admin.try_acquire(k));
 }
 
 TEST_P(Conformance, LossReportedThroughMutexAndUnlockStaysNoexcept) {
@@ -498,12 +632,12 @@ TEST_P(Conformance, FencingMonotonic) {
       record(short_lease.token(), "a release (2)");
       if (GetParam().frees_when_holder_dies) {
         // No lease to run out: the lock ends when it is taken from its connection.
-        ASSERT_TRUE(admin.force_release(k));
+        ASSERT_TRUE(admin.force_release(k, Eviction::immediate));
       }
       auto taken = admin.try_acquire_for(k, 5s);
       ASSERT_TRUE(taken) << "a 150 ms lease never expired";
       record(taken.lease().token(), "an expiry");
-      const auto evicted = admin.force_release(k);
+      const auto evicted = admin.force_release(k, Eviction::immediate);
       ASSERT_TRUE(evicted);
       EXPECT_EQ(evicted->token, taken.lease().token());
       Lease after_force = client.acquire(k);
@@ -536,7 +670,7 @@ TEST_P(Conformance, StaleReleaseCannotTouchNewerAcquisition) {
   Lease old_lease = client.acquire(k, {.ttl = 200ms, .owner = owner});
   const std::uint64_t old_token = old_lease.token();
   if (GetParam().frees_when_holder_dies) {
-    ASSERT_TRUE(other.force_release(k));  // no lease to run out
+    ASSERT_TRUE(other.force_release(k, Eviction::immediate));  // no lease to run out
   }
   ASSERT_TRUE(eventually([&] { return !other.inspect(k); }, 5s)) << "the 200 ms lease never expired";
 

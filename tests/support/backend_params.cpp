@@ -41,6 +41,7 @@ BackendParam local_param() {
     return "local://conformance-" + std::to_string(::getpid()) + "-" + std::to_string(++next);
   };
   p.spans_processes = false;
+  p.notifies_evictions = true;
   p.malformed_urls = {
       {"local://x?bogus=1", {"bogus"}},
       {"local://x/some/path", {"path"}},

@@ -39,6 +39,9 @@ struct BackendParam {
   bool keeps_activity = true;
   // True where inspect and list report how many clients wait (LockInfo::waiters).
   bool counts_waiters = false;
+  // True where the store tells an evicted holder of a force-release at once
+  // (Backend::watch_evictions), so it learns within a second rather than at its next renewal.
+  bool notifies_evictions = false;
   // Called with the test's URL for every key a test uses: row mode locks rows that must
   // exist. Empty for every other backend.
   std::function<void(const std::string& url, const std::string& key)> prepare_key;

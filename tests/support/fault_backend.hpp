@@ -120,7 +120,12 @@ class FaultBackend final : public backend::Backend {
   ListPage list(std::string_view prefix, std::string_view after, std::size_t limit) override {
     return inner_->list(prefix, after, limit);
   }
-  std::optional<LockInfo> force_release(std::string_view key) override { return inner_->force_release(key); }
+  std::optional<LockInfo> force_release(std::string_view key, Eviction eviction) override {
+    return inner_->force_release(key, eviction);
+  }
+  bool watch_evictions(std::function<void(std::string_view)> evicted) override {
+    return inner_->watch_evictions(std::move(evicted));
+  }
 
   std::unique_ptr<backend::WakeChannel> wake_channel(std::string_view key, std::string_view ticket) override {
     ++wake_channels_;

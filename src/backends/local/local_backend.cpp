@@ -1,9 +1,12 @@
 #include "backends/local/local_backend.hpp"
 
+#include <algorithm>
 #include <condition_variable>
+#include <functional>
 #include <map>
 #include <mutex>
 #include <string>
+#include <vector>
 
 #include "dlock/errors.hpp"
 
@@ -18,6 +21,7 @@ struct Entry {
   std::uint32_t holds = 0;
   Clock::time_point expires;
   Clock::time_point acquired;
+  bool evicted = false;  // force-released with a lock delay: closed until released or expired
 };
 
 // Waiters on one key. One release bumps the generation and wakes one waiter.
@@ -32,12 +36,16 @@ struct Store {
   std::map<std::string, std::weak_ptr<WakeSlot>, std::less<>> slots;
   std::uint64_t last_token = 0;
   Activity activity;
+  // Every backend's Backend::watch_evictions callback, by backend.
+  std::map<const void*, std::function<void(std::string_view)>> eviction_watchers;
 
-  bool live(const Entry& e, Clock::time_point now) const { return e.holds > 0 && e.expires > now; }
+  bool live(const Entry& e, Clock::time_point now) const { return (e.holds > 0 || e.evicted) && e.expires > now; }
 
   LockInfo info(const std::string& key, const Entry& e, Clock::time_point now) const {
-    return LockInfo{key, e.owner, e.token, e.holds, std::chrono::ceil<std::chrono::milliseconds>(e.expires - now),
-                    std::chrono::floor<std::chrono::milliseconds>(now - e.acquired)};
+    LockInfo info{key, e.owner, e.token, e.holds, std::chrono::ceil<std::chrono::milliseconds>(e.expires - now),
+                  std::chrono::floor<std::chrono::milliseconds>(now - e.acquired)};
+    info.evicted = e.evicted;
+    return info;
   }
 
   // Caller holds `mutex`.
@@ -85,6 +93,12 @@ class LocalWakeChannel final : public backend::WakeChannel {
 class LocalBackend final : public backend::Backend {
  public:
   explicit LocalBackend(std::shared_ptr<Store> store) : store_(std::move(store)) {}
+  ~LocalBackend() override {
+    std::lock_guard lock(store_->mutex);
+    store_->eviction_watchers.erase(this);
+  }
+  LocalBackend(const LocalBackend&) = delete;
+  LocalBackend& operator=(const LocalBackend&) = delete;
 
   std::string_view name() const noexcept override { return "local"; }
 
@@ -97,9 +111,9 @@ class LocalBackend final : public backend::Backend {
       e = Entry{std::string(r.owner), ++store_->last_token, 1, now + r.ttl, now};
       return backend::Acquired{e.token, 1};
     }
-    if (e.owner == r.owner) {
+    if (e.owner == r.owner && !e.evicted) {
       ++e.holds;
-      e.expires = now + r.ttl;
+      e.expires = std::max(e.expires, now + r.ttl);
       return backend::Acquired{e.token, e.holds};
     }
     return backend::Held{store_->info(it->first, e, now)};
@@ -108,7 +122,7 @@ class LocalBackend final : public backend::Backend {
   bool renew(const backend::LeaseRef& lease, std::chrono::milliseconds ttl) override {
     std::lock_guard lock(store_->mutex);
     const auto now = Clock::now();
-    Entry* e = find_live(lease, now);
+    Entry* e = find_ours(lease, now);
     if (!e) return false;
     e->expires = now + ttl;
     return true;
@@ -118,6 +132,12 @@ class LocalBackend final : public backend::Backend {
     std::lock_guard lock(store_->mutex);
     Entry* e = find_live(lease, Clock::now());
     if (!e) return std::nullopt;
+    if (e->evicted) {  // the evicted holder acknowledges its loss: the key opens
+      e->evicted = false;
+      e->owner.clear();
+      store_->ring(lease.key);
+      return std::nullopt;
+    }
     if (--e->holds == 0) {
       e->owner.clear();
       store_->ring(lease.key);
@@ -154,16 +174,34 @@ class LocalBackend final : public backend::Backend {
     return page;
   }
 
-  std::optional<LockInfo> force_release(std::string_view key) override {
-    std::lock_guard lock(store_->mutex);
-    const auto now = Clock::now();
-    const auto it = store_->entries.find(key);
-    if (it == store_->entries.end() || !store_->live(it->second, now)) return std::nullopt;
-    auto released = store_->info(it->first, it->second, now);
-    it->second.holds = 0;
-    it->second.owner.clear();
-    store_->ring(key);
+  std::optional<LockInfo> force_release(std::string_view key, Eviction eviction) override {
+    std::vector<std::function<void(std::string_view)>> watchers;
+    std::optional<LockInfo> released;
+    {
+      std::lock_guard lock(store_->mutex);
+      const auto now = Clock::now();
+      const auto it = store_->entries.find(key);
+      if (it == store_->entries.end() || !store_->live(it->second, now)) return std::nullopt;
+      released = store_->info(it->first, it->second, now);
+      Entry& e = it->second;
+      e.holds = 0;
+      if (eviction == Eviction::delayed) {
+        e.evicted = true;
+      } else {
+        e.evicted = false;
+        e.owner.clear();
+        store_->ring(key);
+      }
+      for (const auto& [backend, watcher] : store_->eviction_watchers) watchers.push_back(watcher);
+    }
+    for (const auto& watcher : watchers) watcher(key);
     return released;
+  }
+
+  bool watch_evictions(std::function<void(std::string_view)> evicted) override {
+    std::lock_guard lock(store_->mutex);
+    store_->eviction_watchers[this] = std::move(evicted);
+    return true;
   }
 
   std::unique_ptr<backend::WakeChannel> wake_channel(std::string_view key, std::string_view) override {
@@ -202,6 +240,11 @@ class LocalBackend final : public backend::Backend {
     Entry& e = it->second;
     if (!store_->live(e, now) || e.owner != lease.owner || e.token != lease.token) return nullptr;
     return &e;
+  }
+  // A live acquisition that is still ours: not evicted.
+  Entry* find_ours(const backend::LeaseRef& lease, Clock::time_point now) {
+    Entry* e = find_live(lease, now);
+    return e && !e->evicted ? e : nullptr;
   }
 
   std::shared_ptr<Store> store_;

@@ -285,7 +285,7 @@ class LeaseBackend final : public ModeBackend {
     return list_page(prefix, after, limit, sql_.list_bounded, sql_.list_open);
   }
 
-  std::optional<LockInfo> force_release(std::string_view key) override {
+  std::optional<LockInfo> force_release(std::string_view key, Eviction /*eviction*/) override {
     return evict(key, sql_.inspect, sql_.force_release);
   }
 

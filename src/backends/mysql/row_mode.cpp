@@ -170,7 +170,7 @@ class RowBackend final : public ModeBackend {
     return list_page(prefix, after, limit, sql_.list_bounded, sql_.list_open);
   }
 
-  std::optional<LockInfo> force_release(std::string_view key) override {
+  std::optional<LockInfo> force_release(std::string_view key, Eviction /*eviction*/) override {
     if (!key_fits(key)) return std::nullopt;
     return evict(key, sql_.inspect, sql_.force_release);
   }

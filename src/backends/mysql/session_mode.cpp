@@ -192,7 +192,7 @@ class SessionBackend final : public ModeBackend {
     });
   }
 
-  std::optional<LockInfo> force_release(std::string_view key) override {
+  std::optional<LockInfo> force_release(std::string_view key, Eviction /*eviction*/) override {
     const std::string bell = bell_name(key);
     return evict(key, sql_.inspect, sql_.force_release, bell, [&](Connection& connection, std::int64_t token) {
       end_orphaned_session(connection, key, token, bell);

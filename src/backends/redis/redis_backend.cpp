@@ -85,7 +85,7 @@ class RedisBackend final : public backend::Backend {
 
   ListPage list(std::string_view prefix, std::string_view after, std::size_t limit) override;
 
-  std::optional<LockInfo> force_release(std::string_view key) override {
+  std::optional<LockInfo> force_release(std::string_view key, Eviction /*eviction*/) override {
     const LockKeys keys = lock_keys(key);
     auto connection = take(key);
     const Reply reply = run(*connection, kForceRelease, keys.all(), {key}, key);

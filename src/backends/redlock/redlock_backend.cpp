@@ -147,7 +147,7 @@ class RedlockBackend final : public backend::Backend {
   std::optional<std::uint32_t> release(const backend::LeaseRef& lease) override;
   std::optional<LockInfo> inspect(std::string_view key) override;
   ListPage list(std::string_view prefix, std::string_view after, std::size_t limit) override;
-  std::optional<LockInfo> force_release(std::string_view key) override;
+  std::optional<LockInfo> force_release(std::string_view key, Eviction eviction) override;
   std::unique_ptr<backend::WakeChannel> wake_channel(std::string_view key, std::string_view ticket) override;
   void ping() override;
   std::size_t collect_idle() override;
@@ -463,7 +463,7 @@ std::optional<LockInfo> RedlockBackend::inspect(std::string_view key) {
   return agreed(seen);
 }
 
-std::optional<LockInfo> RedlockBackend::force_release(std::string_view key) {
+std::optional<LockInfo> RedlockBackend::force_release(std::string_view key, Eviction /*eviction*/) {
   const Keys keys = this->keys(key);
   const auto answers = round({kForceRelease, keys.with_bell(), everyone({key, alive_ms_})}, settings_.command_timeout);
   std::vector<LockInfo> seen;

@@ -482,7 +482,7 @@ class SqliteBackend final : public backend::Backend {
     return page;
   }
 
-  std::optional<LockInfo> force_release(std::string_view key) override {
+  std::optional<LockInfo> force_release(std::string_view key, Eviction /*eviction*/) override {
     std::optional<LockInfo> released;
     {
       Borrowed connection(*this);

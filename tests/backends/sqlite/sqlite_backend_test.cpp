@@ -243,7 +243,7 @@ TEST_F(SqliteBackend, TokensStrictlyIncreaseAcrossReleaseExpiryForceReleaseColle
   tokens.push_back(must_acquire(*backend, "k", "a").token);
   ASSERT_EQ(backend->release({"k", "a", tokens.back()}), 0u);
   tokens.push_back(must_acquire(*backend, "k", "b").token);
-  ASSERT_TRUE(backend->force_release("k"));
+  ASSERT_TRUE(backend->force_release("k", Eviction::immediate));
   tokens.push_back(must_acquire(*backend, "k", "c", 50ms).token);
   std::this_thread::sleep_for(80ms);
   tokens.push_back(must_acquire(*backend, "k", "d").token);
@@ -317,15 +317,15 @@ TEST_F(SqliteBackend, ForceReleaseReportsTheEvictedHolderAndFreesTheKey) {
   auto backend = open_db(db_);
   const Acquired lease = must_acquire(*backend, "k", "a");
   must_acquire(*backend, "k", "a");
-  const auto evicted = backend->force_release("k");
+  const auto evicted = backend->force_release("k", Eviction::immediate);
   ASSERT_TRUE(evicted);
   EXPECT_EQ(evicted->key, "k");
   EXPECT_EQ(evicted->owner, "a");
   EXPECT_EQ(evicted->token, lease.token);
   EXPECT_EQ(evicted->hold_count, 2u);
   EXPECT_GT(evicted->ttl_left, 9s);
-  EXPECT_EQ(backend->force_release("k"), std::nullopt);
-  EXPECT_EQ(backend->force_release("never-held"), std::nullopt);
+  EXPECT_EQ(backend->force_release("k", Eviction::immediate), std::nullopt);
+  EXPECT_EQ(backend->force_release("never-held", Eviction::immediate), std::nullopt);
   // The evicted holder learns at its next renew or release.
   EXPECT_FALSE(backend->renew({"k", "a", lease.token}, 10s));
   EXPECT_EQ(backend->release({"k", "a", lease.token}), std::nullopt);
@@ -333,7 +333,7 @@ TEST_F(SqliteBackend, ForceReleaseReportsTheEvictedHolderAndFreesTheKey) {
   // An expired lease is nothing to force-release.
   must_acquire(*backend, "short", "a", 30ms);
   std::this_thread::sleep_for(60ms);
-  EXPECT_EQ(backend->force_release("short"), std::nullopt);
+  EXPECT_EQ(backend->force_release("short", Eviction::immediate), std::nullopt);
 }
 
 TEST_F(SqliteBackend, InspectAndListShowOnlyLiveLocksInKeyOrder) {
@@ -555,7 +555,7 @@ TEST_F(SqliteBackend, ReleaseAndForceReleaseWakeAWaiter) {
   {
     Waiter waiter(*backend, "k");
     std::this_thread::sleep_for(100ms);
-    ASSERT_TRUE(backend->force_release("k"));
+    ASSERT_TRUE(backend->force_release("k", Eviction::immediate));
     EXPECT_TRUE(waiter.join_woken());
   }
 }
