@@ -2,6 +2,8 @@
 // pages), plain text for people or one JSON object per invocation with --json.
 
 #include <fmt/format.h>
+#include <pwd.h>
+#include <unistd.h>
 
 #include <algorithm>
 #include <array>
@@ -15,6 +17,7 @@
 #include <string>
 #include <vector>
 
+#include "cli/audit_log.hpp"
 #include "cli/commands.hpp"
 #include "core/url.hpp"
 #if DLOCK_WITH_MYSQL
@@ -197,13 +200,51 @@ int list(const GlobalOptions& global, const ListOptions& options) {
   return kExitOk;
 }
 
-int force_release(const GlobalOptions& global, const std::string& key) {
+struct ForceReleaseOptions {
+  std::string key;
+  std::string reason;
+  std::string by;
+  std::string audit_log;
+  bool no_lock_delay = false;
+};
+
+// Who ran the command, for the audit log: --by, else the login name.
+std::string invoking_user(const std::string& by) {
+  if (!by.empty()) return by;
+  if (const passwd* entry = ::getpwuid(::getuid())) return entry->pw_name;
+  return "uid " + std::to_string(::getuid());
+}
+
+int force_release(const GlobalOptions& global, const ForceReleaseOptions& options) {
+  if (options.reason.find_first_not_of(" \t") == std::string::npos) {
+    throw InvalidArgument("give a reason with --reason TEXT: it goes to the audit log with the evicted holder");
+  }
+  // Opened first: a force-release that cannot be recorded is not made.
+  AuditLog audit(options.audit_log.empty() ? default_audit_log() : options.audit_log);
   const Client client = open_client(global);
-  const auto freed = client.force_release(key);
+  const auto freed =
+      client.force_release(options.key, options.no_lock_delay ? Eviction::immediate : Eviction::delayed);
+  if (freed) {
+    char host[256] = "";
+    ::gethostname(host, sizeof host - 1);
+    audit.append({{"at", utc_now_iso()},
+                  {"by", invoking_user(options.by)},
+                  {"from", fmt::format("dlock force-release on {}", host)},
+                  {"reason", options.reason},
+                  {"key", freed->key},
+                  {"owner", freed->owner},
+                  {"token", freed->token},
+                  {"lock_delay", !options.no_lock_delay}});
+  }
+  const std::string& key = options.key;
   if (global.json) {
-    print({{"key", key}, {"released", freed.has_value()}, {"holder", to_json(freed)}});
+    print({{"key", key}, {"released", freed.has_value()}, {"holder", to_json(freed)}, {"lock_delay", !options.no_lock_delay}});
+  } else if (freed && !options.no_lock_delay) {
+    std::printf("force-released '%s', which was %s; no one else can take it until that holder has stopped "
+                "(its `dlock run` stops its command and releases) or its lease has run out\n",
+                key.c_str(), describe_holder(*freed).c_str());
   } else if (freed) {
-    std::printf("force-released '%s', which was %s\n", key.c_str(), describe_holder(*freed).c_str());
+    std::printf("force-released '%s', which was %s; it is free now\n", key.c_str(), describe_holder(*freed).c_str());
   } else {
     std::printf("'%s' was not held; nothing to release\n", key.c_str());
   }
@@ -260,11 +301,20 @@ void add_admin_commands(CLI::App& app, const GlobalOptions& global, int& exit_co
     command->callback([&global, &exit_code, options] { exit_code = list(global, *options); });
   }
   {
-    auto key = std::make_shared<std::string>();
+    auto options = std::make_shared<ForceReleaseOptions>();
     auto* command = app.add_subcommand(
-        "force-release", "Free a lock whoever holds it; the holder's `dlock run` stops its command");
-    command->add_option("KEY", *key, "The lock's key")->required();
-    command->callback([&global, &exit_code, key] { exit_code = force_release(global, *key); });
+        "force-release",
+        "Evict a lock's holder, whoever it is; its `dlock run` stops its command. Recorded in the audit log");
+    command->add_option("-r,--reason", options->reason, "Why, for the audit log")->required();
+    command->add_option("--by", options->by, "Who asks, for the audit log (default: your login name)");
+    command->add_flag("--no-lock-delay", options->no_lock_delay,
+                      "Free the key at once, even while the evicted holder may still be running (default: "
+                      "the key stays closed until that holder has stopped or its lease has run out)");
+    command->add_option("--audit-log", options->audit_log,
+                        "Where the force-release is recorded, one JSON line each (default: "
+                        "$XDG_STATE_HOME/dlock/audit.log, the one dlock serve uses)");
+    command->add_option("KEY", options->key, "The lock's key")->required();
+    command->callback([&global, &exit_code, options] { exit_code = force_release(global, *options); });
   }
 #if DLOCK_WITH_MYSQL
   {

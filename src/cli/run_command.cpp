@@ -39,8 +39,36 @@ struct RunOptions {
   WaitOptions wait;
   int conflict_exit = kExitConflict;
   int lost_exit = kExitLost;
-  milliseconds kill_after{10'000};
+  std::optional<milliseconds> kill_after;  // default: kill_grace(ttl)
 };
+
+// How long the command has between SIGTERM and SIGKILL when renewals fail or the lock is lost,
+// by default: a quarter of the lease, at most 10 s, so that it fits inside the lease with room
+// for several renewal attempts before it.
+milliseconds default_kill_grace(milliseconds ttl) { return std::min(ttl / 4, milliseconds(10'000)); }
+
+// The SIGKILL is sent this long before the lease ends, so the command is gone by then even if
+// dlock's own wake-up is late.
+milliseconds kill_margin(milliseconds ttl) {
+  return std::min({std::max(ttl / 50, milliseconds(20)), ttl / 10, milliseconds(500)});
+}
+
+// The grace and the margin must leave the first half of the lease to renewals (the first is
+// sent at a third of it). The margin is at most a tenth of the TTL, so 2.5 times the grace is
+// always TTL enough.
+milliseconds checked_kill_grace(const RunOptions& options) {
+  if (!options.kill_after) return default_kill_grace(options.ttl);
+  const milliseconds most = options.ttl / 2 - kill_margin(options.ttl);
+  if (*options.kill_after > most) {
+    throw InvalidArgument(fmt::format(
+        "--kill-after {} does not fit inside the {} lease: the command must be stopped before the lease "
+        "ends, with the first half of it left for renewals; give --kill-after {} or less, or a --ttl of at "
+        "least {}",
+        format_duration(*options.kill_after), format_duration(options.ttl),
+        format_duration(std::max(most, milliseconds(0))), format_duration(*options.kill_after * 5 / 2)));
+  }
+  return *options.kill_after;
+}
 
 [[noreturn]] void fail(const char* what) { throw std::system_error(errno, std::generic_category(), what); }
 
@@ -102,6 +130,10 @@ int run_command(const GlobalOptions& global, RunOptions& options) {
     return exec_error == ENOENT ? 127 : 126;
   }
 
+  const milliseconds grace = checked_kill_grace(options);
+  const milliseconds margin = kill_margin(options.ttl);
+  std::vector<int> inherited = open_descriptors();
+
   // `run` reports a loss itself, saying what it does about it.
   set_log_handler([](LogLevel level, std::string_view message) {
     if (level < LogLevel::warning) return;  // the loss itself is reported by its callback
@@ -121,7 +153,7 @@ int run_command(const GlobalOptions& global, RunOptions& options) {
     say(fmt::format("lost the lock '{}': {}; {}", info.key, info.message, action));
   };
 
-  const ExecPlan plan(std::move(program), options.command, lease);
+  const ExecPlan plan(std::move(program), options.command, lease, std::move(inherited));
   const bool job_control = ::isatty(STDIN_FILENO) && ::tcgetpgrp(STDIN_FILENO) == ::getpgrp();
   SignalRelay signals;
   if (auto info = loss->take()) {
@@ -133,31 +165,45 @@ int run_command(const GlobalOptions& global, RunOptions& options) {
   const pid_t group = spawned.child;
 
   std::optional<int> status;
-  bool lost = false;
+  // Set once the command is being stopped: the lock was lost, or renewals kept failing until
+  // only the kill grace was left of the lease.
+  bool stopping = false;
   constexpr auto kNever = SteadyClock::time_point::max();
-  auto kill_at = kNever;  // when the SIGKILL that follows a loss's SIGTERM is due
-  while (!(status = reap(spawned.child, lost, job_control))) {
-    int timeout_ms = -1;
-    if (kill_at != kNever) {
-      const auto left = std::chrono::ceil<milliseconds>(kill_at - SteadyClock::now()).count();
-      timeout_ms = static_cast<int>(std::clamp<long long>(left, 0, 60'000));
-    }
+  auto kill_at = kNever;  // when the SIGKILL that follows the SIGTERM is due
+  const auto stop_command = [&](SteadyClock::time_point kill_by) {
+    stopping = true;
+    ::kill(-group, SIGTERM);
+    ::kill(-group, SIGCONT);  // a stopped process acts on SIGTERM only once continued
+    kill_at = kill_by;
+  };
+  while (!(status = reap(spawned.child, stopping, job_control))) {
+    // Without a successful renewal the lease ends at valid_until: the command must be gone
+    // by then, so it gets its SIGTERM a grace before.
+    const auto kill_by = lease.valid_until() - margin;
+    const auto term_by = kill_by - grace;
+    const auto wake_at = stopping ? kill_at : term_by;
+    const auto left = std::chrono::ceil<milliseconds>(wake_at - SteadyClock::now()).count();
+    const int timeout_ms = wake_at == kNever ? -1 : static_cast<int>(std::clamp<long long>(left, 0, 60'000));
     pollfd fds[] = {{signals.fd(), POLLIN, 0}, {loss->fd(), POLLIN, 0}};
-    if (::poll(fds, lost ? 1 : 2, timeout_ms) < 0 && errno != EINTR) fail("poll");
+    if (::poll(fds, stopping ? 1 : 2, timeout_ms) < 0 && errno != EINTR) fail("poll");
     for (const int signo : signals.take()) {
       if (SignalRelay::forwarded(signo)) ::kill(-group, signo);
     }
-    if (!lost && fds[1].revents != 0) {
+    const auto now = SteadyClock::now();
+    if (!stopping && fds[1].revents != 0) {
       if (auto info = loss->take()) {
-        lost = true;
-        report_loss(*info, fmt::format("stopping the command (SIGTERM, then SIGKILL after {})",
-                                       format_duration(options.kill_after)));
-        ::kill(-group, SIGTERM);
-        ::kill(-group, SIGCONT);  // a stopped process acts on SIGTERM only once continued
-        kill_at = SteadyClock::now() + options.kill_after;
+        report_loss(*info, fmt::format("stopping the command (SIGTERM, then SIGKILL after {})", format_duration(grace)));
+        stop_command(std::min(now + grace, kill_by));
       }
     }
-    if (SteadyClock::now() >= kill_at) {
+    if (!stopping && now >= lease.valid_until() - margin - grace) {
+      say(fmt::format("renewals of '{}' have failed until {} of its lease is left; stopping the command before "
+                      "the lease can end (SIGTERM, then SIGKILL after {})",
+                      options.key, format_duration(std::chrono::floor<milliseconds>(lease.valid_until() - now)),
+                      format_duration(grace)));
+      stop_command(lease.valid_until() - margin);
+    }
+    if (now >= kill_at) {
       ::kill(-group, SIGKILL);
       kill_at = kNever;
     }
@@ -170,7 +216,15 @@ int run_command(const GlobalOptions& global, RunOptions& options) {
   if (spawned.exec_error != 0) {
     say(fmt::format("cannot run {}: {}", plan.path, std::generic_category().message(spawned.exec_error)));
   }
-  if (lost) return options.lost_exit;
+  if (stopping) {
+    // The command is gone: tell the store, which keeps a force-released key closed until then.
+    try {
+      lease.release();
+    } catch (const Error&) {
+      lease.detach();
+    }
+    return options.lost_exit;
+  }
   if (auto info = loss->take()) {
     report_loss(*info, "the command had already finished");
     return options.lost_exit;
@@ -223,8 +277,10 @@ void add_run_command(CLI::App& app, const GlobalOptions& global, int& exit_code)
       ->capture_default_str()
       ->check(CLI::Range(0, 255));
   add_duration_option(*run, "--kill-after", options->kill_after,
-                      "After a loss, how long the command has between SIGTERM and SIGKILL")
-      ->default_str("10s");
+                      "How long the command has between SIGTERM and SIGKILL when the lock is lost or its "
+                      "renewals keep failing; the SIGKILL comes before the lease can end, so at most half "
+                      "the TTL")
+      ->default_str("TTL/4, at most 10s");
   run->add_option("KEY", options->key, "The lock's key")->required();
   run->add_option("COMMAND", options->command, "The command and its arguments, after --")->required();
   run->callback([&global, &exit_code, options] { exit_code = run_command(global, *options); });

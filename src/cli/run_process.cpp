@@ -1,5 +1,6 @@
 #include "cli/run_process.hpp"
 
+#include <dirent.h>
 #include <fcntl.h>
 #include <fmt/format.h>
 #include <sched.h>
@@ -16,10 +17,28 @@
 
 #include "cli/cli_common.hpp"
 
+extern char** environ;
+
 namespace dlock::cli {
 namespace {
 
 [[noreturn]] void fail(const char* what) { throw std::system_error(errno, std::generic_category(), what); }
+
+// Closes every descriptor above 2 but `keep` (sorted) and `also`. Async-signal-safe.
+void close_all_but(const std::vector<int>& keep, int also) {
+  unsigned next = 3;
+  const auto spare = [&](int fd) {
+    const auto number = static_cast<unsigned>(fd);
+    if (fd < 3 || number < next) return;
+    if (number > next) ::close_range(next, number - 1, 0);
+    next = number + 1;
+  };
+  auto it = keep.begin();
+  for (; it != keep.end() && *it < also; ++it) spare(*it);
+  spare(also);
+  for (; it != keep.end(); ++it) spare(*it);
+  ::close_range(next, ~0U, 0);
+}
 
 struct ChildSetup {
   const ExecPlan& plan;
@@ -38,6 +57,7 @@ struct ChildSetup {
   if (::prctl(PR_SET_PDEATHSIG, SIGKILL) != 0 || ::getppid() != setup.parent) ::_exit(kExitError);
   setup.signals.restore();
   ::pthread_sigmask(SIG_SETMASK, &setup.mask, nullptr);
+  close_all_but(setup.plan.inherited_fds, setup.error_fd);
   ::execve(setup.plan.path.c_str(), setup.plan.argv.data(), setup.plan.envp.data());
   if (errno == ENOEXEC) ::execve(kShell, setup.plan.shell_argv.data(), setup.plan.envp.data());
   const int error = errno;
@@ -115,6 +135,66 @@ std::string resolve_program(const std::string& name, int& error) {
     if (end == path.size()) return {};
     start = end + 1;
   }
+}
+
+std::vector<int> open_descriptors() {
+  std::vector<int> fds;
+  DIR* dir = ::opendir("/proc/self/fd");
+  if (dir == nullptr) fail("opendir /proc/self/fd");
+  const int own = ::dirfd(dir);
+  while (const dirent* entry = ::readdir(dir)) {
+    const int fd = std::atoi(entry->d_name);
+    if (fd > 2 && fd != own) fds.push_back(fd);
+  }
+  ::closedir(dir);
+  std::sort(fds.begin(), fds.end());
+  return fds;
+}
+
+namespace {
+
+// DLOCK_URL=... without its password, or unchanged when it has none (or does not parse).
+std::string without_password(std::string_view var) {
+  constexpr std::string_view name = "DLOCK_URL=";
+  const std::string_view url = var.substr(name.size());
+  const auto scheme_end = url.find("://");
+  if (scheme_end == std::string_view::npos) return std::string(var);
+  const std::string_view rest = url.substr(scheme_end + 3);
+  const std::string_view authority = rest.substr(0, rest.find_first_of("/?"));
+  const auto at = authority.rfind('@');
+  if (at == std::string_view::npos) return std::string(var);
+  const std::string_view userinfo = authority.substr(0, at);
+  const auto colon = userinfo.find(':');
+  // A lone userinfo is the password where the scheme says so (redis://SECRET@host): drop it
+  // whole rather than guess.
+  const std::string_view kept = colon == std::string_view::npos ? std::string_view() : userinfo.substr(0, colon);
+  return fmt::format("{}{}{}{}{}", name, url.substr(0, scheme_end + 3), kept, kept.empty() ? "" : "@",
+                     rest.substr(at + 1));
+}
+
+}  // namespace
+
+ExecPlan::ExecPlan(std::string program, std::vector<std::string>& command, const Lease& lease,
+                   std::vector<int> inherited)
+    : path(std::move(program)), inherited_fds(std::move(inherited)) {
+  for (auto& arg : command) argv.push_back(arg.data());
+  argv.push_back(nullptr);
+  shell_argv.push_back(const_cast<char*>(kShell));
+  shell_argv.push_back(path.data());
+  shell_argv.insert(shell_argv.end(), argv.begin() + 1, argv.end());
+  for (char** entry = environ; *entry != nullptr; ++entry) {
+    const std::string_view var = *entry;
+    if (var.starts_with("DLOCK_KEY=") || var.starts_with("DLOCK_OWNER=") ||
+        var.starts_with("DLOCK_FENCING_TOKEN=") || var.starts_with("DLOCK_PASSWORD=")) {
+      continue;
+    }
+    env.push_back(var.starts_with("DLOCK_URL=") ? without_password(var) : std::string(var));
+  }
+  env.push_back("DLOCK_KEY=" + lease.key());
+  env.push_back("DLOCK_OWNER=" + lease.owner());
+  env.push_back("DLOCK_FENCING_TOKEN=" + std::to_string(lease.token()));
+  for (auto& var : env) envp.push_back(var.data());
+  envp.push_back(nullptr);
 }
 
 Spawned spawn(const ExecPlan& plan, const SignalRelay& signals, bool take_terminal) {

@@ -18,13 +18,15 @@
 #include "cli/run_signals.hpp"
 #include "dlock/client.hpp"
 
-extern char** environ;
-
 namespace dlock::cli {
 
 // Finds the program as execvp(3) would, before the clone, so the child only calls execve.
 // Returns an empty path and sets `error` (ENOENT or EACCES) when there is none.
 std::string resolve_program(const std::string& name, int& error);
+
+// The descriptors above 2 open now: call it before opening anything, so they are the ones
+// dlock inherited.
+std::vector<int> open_descriptors();
 
 inline constexpr const char* kShell = "/bin/sh";
 
@@ -38,26 +40,13 @@ struct ExecPlan {
   std::vector<std::string> env;
   std::vector<char*> envp;
 
-  ExecPlan(std::string program, std::vector<std::string>& command, const Lease& lease)
-      : path(std::move(program)) {
-    for (auto& arg : command) argv.push_back(arg.data());
-    argv.push_back(nullptr);
-    shell_argv.push_back(const_cast<char*>(kShell));
-    shell_argv.push_back(path.data());
-    shell_argv.insert(shell_argv.end(), argv.begin() + 1, argv.end());
-    for (char** entry = environ; *entry != nullptr; ++entry) {
-      const std::string_view var = *entry;
-      if (!var.starts_with("DLOCK_KEY=") && !var.starts_with("DLOCK_OWNER=") &&
-          !var.starts_with("DLOCK_FENCING_TOKEN=")) {
-        env.emplace_back(var);
-      }
-    }
-    env.push_back("DLOCK_KEY=" + lease.key());
-    env.push_back("DLOCK_OWNER=" + lease.owner());
-    env.push_back("DLOCK_FENCING_TOKEN=" + std::to_string(lease.token()));
-    for (auto& var : env) envp.push_back(var.data());
-    envp.push_back(nullptr);
-  }
+  // Descriptors the command keeps besides 0, 1 and 2: the ones dlock inherited, sorted. Every
+  // other descriptor of dlock's (its store's sockets, its pipes) is closed in the child.
+  std::vector<int> inherited_fds;
+
+  // The command's environment is dlock's, with the lock's DLOCK_* variables and without the
+  // store's secret: DLOCK_PASSWORD is dropped and DLOCK_URL loses its password.
+  ExecPlan(std::string program, std::vector<std::string>& command, const Lease& lease, std::vector<int> inherited);
   ExecPlan(const ExecPlan&) = delete;  // the pointers point into its own strings
   ExecPlan& operator=(const ExecPlan&) = delete;
 };

@@ -190,7 +190,7 @@ TEST_F(CliTest, LostLockStopsTheCommand) {
   auto run = start(
       {"run", "--ttl", "600ms", "k", "--", "/bin/sh", "-c", "echo $$ > " + path("pid") + "; exec sleep 30"});
   const pid_t command = wait_for_pid("pid");
-  const Result freed = dlock({"force-release", "k"});
+  const Result freed = dlock({"force-release", "--reason", "test", "--audit-log", path("audit.log"), "k"});
   ASSERT_EQ(freed.exit_code, 0) << freed.err;
   EXPECT_TRUE(contains(freed.out, "force-released 'k'")) << freed.out;
   const auto released_at = Clock::now();
@@ -204,13 +204,57 @@ TEST_F(CliTest, LostLockStopsTheCommand) {
 
 TEST_F(CliTest, LostLockKillsACommandThatIgnoresSigterm) {
   auto run =
-      start({"run", "--ttl", "600ms", "--kill-after", "300ms", "--lost-exit-code", "9", "k", "--", "/bin/sh",
+      start({"run", "--ttl", "1s", "--kill-after", "300ms", "--lost-exit-code", "9", "k", "--", "/bin/sh",
              "-c", "trap '' TERM; echo $$ > " + path("pid") + "; while :; do sleep 0.1; done"});
   const pid_t command = wait_for_pid("pid");
-  ASSERT_EQ(dlock({"force-release", "k"}).exit_code, 0);
+  ASSERT_EQ(dlock({"force-release", "-r", "test", "--audit-log", path("audit.log"), "k"}).exit_code, 0);
   const Result result = run->wait(5s);
   EXPECT_EQ(result.exit_code, 9);
   EXPECT_TRUE(is_dead(command));
+}
+
+// Defect: the default --kill-after (10 s) did not fit inside short leases, so a slow command
+// overlapped the next holder. The default follows the TTL; one that cannot fit is refused.
+TEST_F(CliTest, KillGraceMustFitInsideTheLease) {
+  const Result refused = dlock({"run", "--ttl", "2s", "--kill-after", "10s", "k", "--", "touch", path("ran")});
+  EXPECT_EQ(refused.exit_code, 64) << refused.err;
+  EXPECT_TRUE(contains(refused.err, "--kill-after 10s does not fit inside the 2s lease")) << refused.err;
+  EXPECT_TRUE(contains(refused.err, "--ttl of at least 25s")) << refused.err;
+  EXPECT_FALSE(exists("ran"));
+  EXPECT_EQ(dlock({"run", "--ttl", "2s", "k", "--", "touch", path("ran")}).exit_code, 0) << "the default must fit";
+  EXPECT_TRUE(exists("ran"));
+}
+
+// Defect: a force-release freed the key at once while the evicted `dlock run` kept its command
+// running until its next renewal. By default the key now stays closed until the evicted run
+// has stopped its command and released; the force-release is audited like the API's.
+TEST_F(CliTest, ForceReleaseKeepsTheKeyUntilTheEvictedCommandHasStopped) {
+  auto run = start({"run", "--ttl", "30s", "k", "--", "/bin/sh", "-c",
+                    "trap 'sleep 1; echo stopped >> " + path("log") + "; exit 0' TERM; echo $$ > " + path("pid") +
+                        "; while :; do sleep 0.05; done"});
+  wait_for_pid("pid");
+  const Result no_reason = dlock({"force-release", "--audit-log", path("audit.log"), "k"});
+  EXPECT_EQ(no_reason.exit_code, 64) << no_reason.err;
+  EXPECT_TRUE(contains(no_reason.err, "--reason")) << no_reason.err;
+
+  const Result freed =
+      dlock({"force-release", "--reason", "stuck deploy", "--by", "oncall", "--audit-log", path("audit.log"), "k"});
+  ASSERT_EQ(freed.exit_code, 0) << freed.err;
+  EXPECT_TRUE(contains(freed.out, "no one else can take it until that holder has stopped")) << freed.out;
+  const json entry = json::parse(read("audit.log"));
+  EXPECT_EQ(entry["by"], "oncall");
+  EXPECT_EQ(entry["reason"], "stuck deploy");
+  EXPECT_EQ(entry["key"], "k");
+  EXPECT_TRUE(entry["lock_delay"].get<bool>());
+  EXPECT_GT(entry["token"].get<std::uint64_t>(), 0u);
+
+  // The next run waits for the evicted command, which takes 1 s to stop, and starts after it.
+  const Result next = dlock({"run", "--wait", "20s", "k", "--", "/bin/sh", "-c", "echo next >> " + path("log")}, 25s);
+  EXPECT_EQ(next.exit_code, 0) << next.err;
+  EXPECT_EQ(read("log"), "stopped\nnext\n") << "the next holder ran before the evicted command had stopped";
+  const Result evicted = run->wait(5s);
+  EXPECT_EQ(evicted.exit_code, 75) << evicted.err;
+  EXPECT_LT(next.elapsed, 15s) << "the evicted run's release did not open the key";
 }
 
 TEST_F(CliTest, KillingDlockKillsTheCommandAndItsChildren) {
@@ -309,7 +353,8 @@ TEST_F(CliTest, AcquireReleaseStatusListForceRelease) {
   const Result retaken = dlock({"acquire", "--owner", "deploy-18", "deploy"});
   ASSERT_EQ(retaken.exit_code, 0);
   EXPECT_GT(std::stoull(retaken.out), token) << "fencing tokens only grow";
-  const Result freed = dlock({"--json", "force-release", "deploy"});
+  const Result freed =
+      dlock({"--json", "force-release", "--no-lock-delay", "-r", "test", "--audit-log", path("audit.log"), "deploy"});
   ASSERT_EQ(freed.exit_code, 0) << freed.err;
   const json forced = json::parse(freed.out);
   EXPECT_TRUE(forced["released"].get<bool>());
@@ -318,7 +363,8 @@ TEST_F(CliTest, AcquireReleaseStatusListForceRelease) {
   const Result stale = dlock({"release", "--owner", "deploy-18", "--token",
                               retaken.out.substr(0, retaken.out.size() - 1), "deploy"});
   EXPECT_EQ(stale.exit_code, 1);
-  EXPECT_TRUE(contains(dlock({"force-release", "deploy"}).out, "was not held"))
+  EXPECT_TRUE(contains(dlock({"force-release", "-r", "again", "--audit-log", path("audit.log"), "deploy"}).out,
+                       "was not held"))
       << "force-release is idempotent";
 }
 
