@@ -125,7 +125,8 @@ class DLOCK_EXPORT Attempt {
 // A distributed mutex meeting the standard TimedLockable requirements, so std::unique_lock,
 // std::scoped_lock and std::lock_guard work with it. Each owner (by default each thread) has
 // its own holds: lock() twice from one thread re-enters and needs two unlock() calls.
-// Thread-safe; movable, not copyable.
+// Thread-safe; movable, not copyable. A moved-from Mutex may only be destroyed or assigned to:
+// lock() throws std::logic_error, unlock() logs an error.
 class DLOCK_EXPORT Mutex {
  public:
   Mutex(Mutex&&) noexcept;
@@ -138,8 +139,13 @@ class DLOCK_EXPORT Mutex {
   bool try_lock();
   template <class Rep, class Period>
   bool try_lock_for(const std::chrono::duration<Rep, Period>& timeout) {
-    return try_lock_until_steady(std::chrono::steady_clock::now() +
-                                 std::chrono::ceil<std::chrono::steady_clock::duration>(timeout));
+    // A timeout beyond the steady clock's range (hours::max(), say) waits forever rather
+    // than overflowing.
+    using Steady = std::chrono::steady_clock;
+    if (std::chrono::duration<double>(timeout) >= std::chrono::duration<double>(Steady::duration::max()) / 2) {
+      return try_lock_for_steady(Steady::duration::max());
+    }
+    return try_lock_for_steady(std::chrono::ceil<Steady::duration>(timeout));
   }
   template <class Clock, class Duration>
   bool try_lock_until(const std::chrono::time_point<Clock, Duration>& deadline) {
@@ -166,6 +172,7 @@ class DLOCK_EXPORT Mutex {
   friend class Client;
   explicit Mutex(std::shared_ptr<detail::MutexState> state);
   bool try_lock_until_steady(std::chrono::steady_clock::time_point deadline);
+  bool try_lock_for_steady(std::chrono::steady_clock::duration timeout);
 
   std::shared_ptr<detail::MutexState> state_;
 };

@@ -547,7 +547,27 @@ void Mutex::lock() {
 
 bool Mutex::try_lock() { return try_lock_until_steady(std::chrono::steady_clock::now()); }
 
+namespace {
+
+// now + timeout, or the end of time when that would not fit.
+std::chrono::steady_clock::time_point deadline_after(std::chrono::steady_clock::duration timeout) {
+  const auto now = std::chrono::steady_clock::now();
+  return timeout >= std::chrono::steady_clock::time_point::max() - now ? std::chrono::steady_clock::time_point::max()
+                                                                       : now + timeout;
+}
+
+void require_state(const std::shared_ptr<detail::MutexState>& state) {
+  if (!state) throw std::logic_error("use of a moved-from dlock::Mutex");
+}
+
+}  // namespace
+
+bool Mutex::try_lock_for_steady(std::chrono::steady_clock::duration timeout) {
+  return try_lock_until_steady(deadline_after(timeout));
+}
+
 bool Mutex::try_lock_until_steady(std::chrono::steady_clock::time_point deadline) {
+  require_state(state_);
   const std::string owner = state_->current_owner();
   Attempt attempt = state_->client->acquire_until(state_->key, state_->options, deadline);
   if (!attempt) {
@@ -560,6 +580,10 @@ bool Mutex::try_lock_until_steady(std::chrono::steady_clock::time_point deadline
 }
 
 void Mutex::unlock() noexcept {
+  if (!state_) {
+    core::log(LogLevel::error, "unlock() of a moved-from dlock::Mutex");
+    return;
+  }
   try {
     const std::string owner = state_->current_owner();
     std::optional<Lease> lease;
@@ -582,9 +606,13 @@ void Mutex::unlock() noexcept {
   }
 }
 
-const std::string& Mutex::key() const noexcept { return state_->key; }
+const std::string& Mutex::key() const noexcept {
+  static const std::string none;
+  return state_ ? state_->key : none;
+}
 
 const Lease* Mutex::lease() const {
+  if (!state_) return nullptr;
   const std::string owner = state_->current_owner();
   std::lock_guard lock(state_->mutex);
   const auto it = state_->holds.find(owner);
@@ -592,6 +620,7 @@ const Lease* Mutex::lease() const {
 }
 
 std::optional<LockInfo> Mutex::last_holder() const {
+  if (!state_) return std::nullopt;
   const std::string owner = state_->current_owner();
   std::lock_guard lock(state_->mutex);
   const auto it = state_->last_holder.find(owner);
@@ -599,6 +628,7 @@ std::optional<LockInfo> Mutex::last_holder() const {
 }
 
 void Mutex::on_lost(std::function<void(const LossInfo&)> callback) {
+  require_state(state_);
   std::lock_guard lock(state_->mutex);
   for (auto& [owner, leases] : state_->holds) {
     for (auto& lease : leases) lease.on_lost(callback);
@@ -660,11 +690,7 @@ Attempt Client::try_acquire(std::string_view key, const LockOptions& options) co
 
 Attempt Client::try_acquire_for(std::string_view key, std::chrono::steady_clock::duration timeout,
                                 const LockOptions& options) const {
-  const auto now = std::chrono::steady_clock::now();
-  const auto deadline =
-      timeout >= std::chrono::steady_clock::time_point::max() - now ? std::chrono::steady_clock::time_point::max()
-                                                                    : now + timeout;
-  return state_->acquire_until(key, options, deadline);
+  return state_->acquire_until(key, options, deadline_after(timeout));
 }
 
 Attempt Client::try_acquire_until(std::string_view key, std::chrono::steady_clock::time_point deadline,

@@ -59,6 +59,13 @@ void validate_key(std::string_view key, std::size_t max_bytes) {
       throw InvalidArgument("lock key is not valid UTF-8 at byte " + std::to_string(i) +
                             ": keys must be text; encode binary identifiers (hex, base64)");
     }
+    // U+0080..U+009F, the C1 controls, encode as C2 80..C2 9F.
+    if (n == 2 && c == 0xC2 && static_cast<unsigned char>(key[i + 1]) <= 0x9F) {
+      const auto low = static_cast<unsigned char>(key[i + 1]);
+      throw InvalidArgument("lock key contains control character U+00" + std::string(1, "0123456789ABCDEF"[low >> 4]) +
+                            "0123456789ABCDEF"[low & 15] + " at byte " + std::to_string(i) +
+                            ": keys must be printable UTF-8 text (no C0 or C1 control characters)");
+    }
     i += n;
   }
 }
