@@ -2,11 +2,123 @@
 
 #include <fmt/format.h>
 
+#include <algorithm>
+#include <cctype>
+#include <cstdlib>
+#include <fstream>
+#include <optional>
+#include <string_view>
+
 #include "cli/commands.hpp"
+#include "core/url.hpp"
 
 namespace dlock::cli {
 
-Client open_client(const GlobalOptions& global) { return Client::open(global.url); }
+namespace {
+
+// The first line of a secret file, without its line end (spaces are kept: they may be part of it).
+std::string read_secret_file(const std::string& path, const std::string& what) {
+  std::ifstream file(path);
+  if (!file) throw ConfigurationError(fmt::format("{} '{}' cannot be read", what, path));
+  std::string line;
+  std::getline(file, line);
+  if (!line.empty() && line.back() == '\r') line.pop_back();
+  if (line.empty()) throw ConfigurationError(fmt::format("{} '{}' is empty: put the password on its first line", what, path));
+  return line;
+}
+
+std::optional<std::string> given_password(const GlobalOptions& global) {
+  if (!global.password_file.empty()) return read_secret_file(global.password_file, "--password-file");
+  if (const char* file = std::getenv("DLOCK_PASSWORD_FILE"); file && *file) {  // NOLINT(concurrency-mt-unsafe)
+    return read_secret_file(file, "DLOCK_PASSWORD_FILE");
+  }
+  if (const char* password = std::getenv("DLOCK_PASSWORD"); password && *password) {  // NOLINT(concurrency-mt-unsafe)
+    return std::string(password);
+  }
+  return std::nullopt;
+}
+
+std::string percent_encode(std::string_view text) {
+  std::string out;
+  for (const char ch : text) {
+    const auto c = static_cast<unsigned char>(ch);
+    if (std::isalnum(c) || c == '-' || c == '.' || c == '_' || c == '~') {
+      out += ch;
+    } else {
+      out += fmt::format("%{:02X}", c);
+    }
+  }
+  return out;
+}
+
+// Where the userinfo of `url` is: [begin, at) before the '@' at `at`, or nothing.
+struct Userinfo {
+  std::size_t begin = 0;
+  std::size_t at = std::string::npos;
+};
+std::optional<Userinfo> find_userinfo(std::string_view url) {
+  const auto scheme_end = url.find("://");
+  if (scheme_end == std::string_view::npos) return std::nullopt;
+  const std::size_t begin = scheme_end + 3;
+  const std::string_view authority = url.substr(begin, url.find_first_of("/?", begin) - begin);
+  return Userinfo{begin, authority.rfind('@') == std::string_view::npos ? std::string::npos : begin + authority.rfind('@')};
+}
+
+}  // namespace
+
+bool password_given(const GlobalOptions& global) {
+  const auto set = [](const char* name) {
+    const char* value = std::getenv(name);  // NOLINT(concurrency-mt-unsafe): nothing calls setenv
+    return value != nullptr && *value != '\0';
+  };
+  return !global.password_file.empty() || set("DLOCK_PASSWORD_FILE") || set("DLOCK_PASSWORD");
+}
+
+std::string url_with_password(const std::string& url, const std::string& password) {
+  const auto userinfo = find_userinfo(url);
+  if (!userinfo) throw ConfigurationError("a password was given, but the URL names no server: " + core::Url::parse(url).redacted());
+  if (userinfo->at == std::string::npos) {
+    return url.substr(0, userinfo->begin) + ":" + percent_encode(password) + "@" + url.substr(userinfo->begin);
+  }
+  const std::string_view info = std::string_view(url).substr(userinfo->begin, userinfo->at - userinfo->begin);
+  if (info.find(':') != std::string_view::npos) {
+    throw ConfigurationError("the URL has a password and a password was also given (--password-file, "
+                             "DLOCK_PASSWORD_FILE or DLOCK_PASSWORD): give it once, preferably not in the URL");
+  }
+  return url.substr(0, userinfo->at) + ":" + percent_encode(password) + url.substr(userinfo->at);
+}
+
+Client open_client(const GlobalOptions& global) {
+  const auto password = given_password(global);
+  if (!password) return Client::open(global.url);
+  std::string url = global.url;
+  if (url.empty()) {
+    const char* env = std::getenv("DLOCK_URL");  // NOLINT(concurrency-mt-unsafe): nothing calls setenv
+    url = env && *env ? env : Client::embedded_default_url();
+  }
+  return Client::open(url_with_password(url, *password));
+}
+
+std::vector<std::string> hide_url_passwords(int argc, char** argv) {
+  std::vector<std::string> original(argv, argv + argc);
+  for (int i = 1; i < argc; ++i) {
+    char* value = nullptr;
+    if (std::string_view(argv[i]) == "--url" && i + 1 < argc) {
+      value = argv[i + 1];
+    } else if (std::string_view(argv[i]).starts_with("--url=")) {
+      value = argv[i] + 6;
+    }
+    if (value == nullptr) continue;
+    const std::string_view url = value;
+    const auto userinfo = find_userinfo(url);
+    if (!userinfo || userinfo->at == std::string::npos) continue;
+    const auto colon = url.substr(userinfo->begin, userinfo->at - userinfo->begin).find(':');
+    // A lone userinfo may be a password (redis://SECRET@host): hide it too.
+    const std::size_t from = colon == std::string_view::npos ? userinfo->begin : userinfo->begin + colon + 1;
+    std::fill(value + from, value + userinfo->at, 'x');
+  }
+  return original;
+}
 
 nlohmann::json lock_json(const LockInfo& info) {
   return {{"key", info.key},
@@ -42,6 +154,11 @@ std::string conflict_message(std::string_view key, const WaitOptions& wait, cons
 }
 
 std::string describe_holder(const LockInfo& holder) {
+  if (holder.evicted) {
+    return fmt::format("held by {} (token {}), force-released: closed until that holder releases it or its lease "
+                       "ends in {}",
+                       holder.owner, holder.token, format_duration(holder.ttl_left));
+  }
   return fmt::format("held by {} (token {}, {} hold{}, {} left)", holder.owner, holder.token,
                      holder.hold_count, holder.hold_count == 1 ? "" : "s", format_duration(holder.ttl_left));
 }

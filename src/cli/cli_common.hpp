@@ -4,6 +4,7 @@
 
 #include <nlohmann/json.hpp>
 #include <string>
+#include <vector>
 
 #include "dlock/client.hpp"
 
@@ -18,11 +19,24 @@ inline constexpr int kExitLost = 75;      // lock lost while CMD ran; CMD was te
 
 struct GlobalOptions {
   std::string url;  // --url, else DLOCK_URL, else the embedded default
+  std::string password_file;  // --password-file, else DLOCK_PASSWORD_FILE
   bool json = false;
 };
 
-// Opens the client named by the global options (Client::open handles DLOCK_URL and the default).
+// Opens the client named by the global options (Client::open handles DLOCK_URL and the default),
+// with the password from --password-file, DLOCK_PASSWORD_FILE or DLOCK_PASSWORD when one is given.
 Client open_client(const GlobalOptions& global);
+// True when a password comes from --password-file, DLOCK_PASSWORD_FILE or DLOCK_PASSWORD.
+bool password_given(const GlobalOptions& global);
+
+// `url` with `password` in its userinfo (percent-encoded); ConfigurationError when the URL has
+// a password already. A lone userinfo becomes the user name.
+std::string url_with_password(const std::string& url, const std::string& password);
+
+// Overwrites the password of every --url on the command line with 'x's, so `ps` and
+// /proc/PID/cmdline (dlock's and its sentinel's) no longer show it; returns the arguments as
+// they were, for parsing.
+std::vector<std::string> hide_url_passwords(int argc, char** argv);
 
 // A held lock as JSON, as `--json` output and the HTTP API show it: key, owner, token,
 // hold_count, ttl_left_ms.

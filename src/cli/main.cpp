@@ -2,16 +2,34 @@
 
 #include <malloc.h>
 
+#include <fmt/format.h>
+
 #include <CLI/CLI.hpp>
 #include <cstdio>
 #include <exception>
 #include <string>
+#include <vector>
 
 #include "cli/bench_command.hpp"
 #include "cli/cli_common.hpp"
 #include "cli/commands.hpp"
 
 namespace {
+
+// The first argument before any "--" that looks like an option but is none of `command`'s
+// (nor the top level's): most likely a key that starts with '-'.
+std::string unknown_dash_argument(CLI::App& app, const CLI::App* command, int argc, char** argv) {
+  for (int i = 1; i < argc; ++i) {
+    const std::string arg = argv[i];
+    if (arg == "--") break;
+    if (arg.size() < 2 || arg.front() != '-') continue;
+    const std::string name = arg.substr(0, arg.find('='));
+    const bool known = (command != nullptr && command->get_option_no_throw(name) != nullptr) ||
+                       app.get_option_no_throw(name) != nullptr || name == "-h" || name == "--help";
+    if (!known) return arg;
+  }
+  return {};
+}
 
 int report(int exit_code, const std::string& message) {
   std::fprintf(stderr, "dlock: %s\n", message.c_str());
@@ -20,7 +38,12 @@ int report(int exit_code, const std::string& message) {
 
 int dlock_main(int argc, char** argv) {
   using namespace dlock::cli;
-  if (const auto failed = forward_serve(argc, argv)) return *failed;
+  std::vector<std::string> args = hide_url_passwords(argc, argv);
+  std::vector<char*> arg_pointers;
+  for (auto& arg : args) arg_pointers.push_back(arg.data());
+  arg_pointers.push_back(nullptr);
+  char** const parsed_argv = arg_pointers.data();
+  if (const auto failed = forward_serve(argc, parsed_argv)) return *failed;
 
   CLI::App app{"Distributed locks from the shell, in the manner of flock(1).", "dlock"};
   // Subcommands hand options they do not know (--url, --json) to the top level, so the
@@ -34,6 +57,10 @@ int dlock_main(int argc, char** argv) {
                  "Backend URL, e.g. sqlite:///var/lib/dlock/locks.db (default: $DLOCK_URL, else "
                  "sqlite:// on a per-user file)")
       ->type_name("URL");
+  app.add_option("--password-file", global.password_file,
+                 "File whose first line is the store's password, kept out of the URL, the command line "
+                 "and the environment of `run`'s command (default: $DLOCK_PASSWORD_FILE, else $DLOCK_PASSWORD)")
+      ->type_name("FILE");
   app.add_flag("--json", global.json, "Print machine-readable JSON on stdout");
 
   int exit_code = kExitOk;
@@ -46,12 +73,13 @@ int dlock_main(int argc, char** argv) {
       "Exit codes: 0 success (run: the command's status; 128+N if it died by signal N), "
       "1 lock not obtained in time (run/acquire -E changes it) or release of a hold the owner "
       "does not have, 64 usage error, 69 backend or configuration error, 75 lock lost while "
-      "the command ran. Environment: DLOCK_URL, the backend URL when --url is not given. "
+      "the command ran. Environment: DLOCK_URL, the backend URL when --url is not given; "
+      "DLOCK_PASSWORD_FILE or DLOCK_PASSWORD, its password. "
       "See docs/cli.md.");
 
   // Subcommand callbacks run inside parse(), so their exceptions land here too.
   try {
-    app.parse(argc, argv);
+    app.parse(argc, parsed_argv);
   } catch (const CLI::CallForHelp& e) {
     return app.exit(e);
   } catch (const CLI::CallForAllHelp& e) {
@@ -65,6 +93,13 @@ int dlock_main(int argc, char** argv) {
     if (const auto rest = app.remaining();
         usage == "dlock" && !rest.empty() && !rest.front().starts_with('-')) {
       message = "unknown subcommand '" + rest.front() + "'";  // CLI11 would only say one is required
+    }
+    const auto commands = app.get_subcommands();
+    const CLI::App* command = commands.empty() ? nullptr : commands.front();
+    if (const std::string dash = unknown_dash_argument(app, command, argc, argv); !dash.empty() && command) {
+      message += fmt::format(" ('{0}' is no option of dlock {1}; a key that starts with '-' goes after '--', as in "
+                             "dlock {1} -- {0})",
+                             dash, command->get_name());
     }
     return report(kExitUsage, message + " (see " + usage + " --help)");
   } catch (const dlock::InvalidArgument& e) {

@@ -153,7 +153,7 @@ int run_command(const GlobalOptions& global, RunOptions& options) {
     say(fmt::format("lost the lock '{}': {}; {}", info.key, info.message, action));
   };
 
-  const ExecPlan plan(std::move(program), options.command, lease, std::move(inherited));
+  const ExecPlan plan(std::move(program), options.command, lease, std::move(inherited), password_given(global));
   const bool job_control = ::isatty(STDIN_FILENO) && ::tcgetpgrp(STDIN_FILENO) == ::getpgrp();
   SignalRelay signals;
   if (auto info = loss->take()) {

@@ -153,8 +153,10 @@ std::vector<int> open_descriptors() {
 
 namespace {
 
-// DLOCK_URL=... without its password, or unchanged when it has none (or does not parse).
-std::string without_password(std::string_view var) {
+// DLOCK_URL=... without its password, or unchanged when it has none (or does not parse). A
+// lone userinfo is the password of redis:// and redlock:// unless a password comes from
+// elsewhere (redis://SECRET@host), and a user name otherwise.
+std::string without_password(std::string_view var, bool password_given) {
   constexpr std::string_view name = "DLOCK_URL=";
   const std::string_view url = var.substr(name.size());
   const auto scheme_end = url.find("://");
@@ -165,8 +167,9 @@ std::string without_password(std::string_view var) {
   if (at == std::string_view::npos) return std::string(var);
   const std::string_view userinfo = authority.substr(0, at);
   const auto colon = userinfo.find(':');
-  // A lone userinfo is the password where the scheme says so (redis://SECRET@host): drop it
-  // whole rather than guess.
+  const std::string_view scheme = url.substr(0, scheme_end);
+  const bool lone_is_password = !password_given && (scheme == "redis" || scheme == "redlock");
+  if (colon == std::string_view::npos && !lone_is_password) return std::string(var);
   const std::string_view kept = colon == std::string_view::npos ? std::string_view() : userinfo.substr(0, colon);
   return fmt::format("{}{}{}{}{}", name, url.substr(0, scheme_end + 3), kept, kept.empty() ? "" : "@",
                      rest.substr(at + 1));
@@ -175,7 +178,7 @@ std::string without_password(std::string_view var) {
 }  // namespace
 
 ExecPlan::ExecPlan(std::string program, std::vector<std::string>& command, const Lease& lease,
-                   std::vector<int> inherited)
+                   std::vector<int> inherited, bool password_given)
     : path(std::move(program)), inherited_fds(std::move(inherited)) {
   for (auto& arg : command) argv.push_back(arg.data());
   argv.push_back(nullptr);
@@ -188,7 +191,7 @@ ExecPlan::ExecPlan(std::string program, std::vector<std::string>& command, const
         var.starts_with("DLOCK_FENCING_TOKEN=") || var.starts_with("DLOCK_PASSWORD=")) {
       continue;
     }
-    env.push_back(var.starts_with("DLOCK_URL=") ? without_password(var) : std::string(var));
+    env.push_back(var.starts_with("DLOCK_URL=") ? without_password(var, password_given) : std::string(var));
   }
   env.push_back("DLOCK_KEY=" + lease.key());
   env.push_back("DLOCK_OWNER=" + lease.owner());

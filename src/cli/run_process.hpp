@@ -45,8 +45,10 @@ struct ExecPlan {
   std::vector<int> inherited_fds;
 
   // The command's environment is dlock's, with the lock's DLOCK_* variables and without the
-  // store's secret: DLOCK_PASSWORD is dropped and DLOCK_URL loses its password.
-  ExecPlan(std::string program, std::vector<std::string>& command, const Lease& lease, std::vector<int> inherited);
+  // store's secret: DLOCK_PASSWORD is dropped and DLOCK_URL loses its password. With
+  // `password_given` (from a file or DLOCK_PASSWORD) a lone userinfo in DLOCK_URL is a user name.
+  ExecPlan(std::string program, std::vector<std::string>& command, const Lease& lease, std::vector<int> inherited,
+           bool password_given);
   ExecPlan(const ExecPlan&) = delete;  // the pointers point into its own strings
   ExecPlan& operator=(const ExecPlan&) = delete;
 };
