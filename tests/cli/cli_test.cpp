@@ -423,6 +423,15 @@ TEST_F(CliTest, AcquireReleaseStatusListForceRelease) {
       << "force-release is idempotent";
 }
 
+// Defect: a re-entry with a shorter TTL shortened the lease, so the outer hold was lost silently.
+TEST_F(CliTest, ReentryNeverShortensTheLease) {
+  ASSERT_EQ(dlock({"acquire", "--owner", "o", "--ttl", "10m", "k"}).exit_code, 0);
+  ASSERT_EQ(dlock({"acquire", "--owner", "o", "--ttl", "2s", "k"}).exit_code, 0);
+  const json status = json::parse(dlock({"--json", "status", "k"}).out);
+  EXPECT_EQ(status["hold_count"], 2);
+  EXPECT_GT(status["ttl_left_ms"].get<long long>(), 9 * 60 * 1000) << "the 2s re-entry shortened the 10m lease";
+}
+
 TEST_F(CliTest, ReleaseByAnotherOwnerIsRefused) {
   ASSERT_EQ(dlock({"acquire", "--owner", "alice", "k"}).exit_code, 0);
   const Result result = dlock({"release", "--owner", "bob", "k"});
