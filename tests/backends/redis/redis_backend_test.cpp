@@ -195,6 +195,32 @@ TEST_F(Redis, WrongPasswordOrUnknownUserIsAClearErrorWithoutThePassword) {
   }
 }
 
+// Defect 8: `redis://SECRET@host` was taken for a user name, refused, and echoed verbatim in
+// the error. A lone userinfo is the password, as for redis-cli -u, Jedis and redis-py.
+TEST_F(Redis, LoneUserinfoIsThePasswordAndNeverShown) {
+  const auto plain = env("DLOCK_REDIS_PLAIN_URL");
+  if (!plain) GTEST_SKIP() << "DLOCK_REDIS_PLAIN_URL is not set";
+  const core::Url parsed = core::Url::parse(*plain);  // redis://:PASSWORD@host:port/0
+  const std::string address = parsed.host + ":" + std::to_string(parsed.port.value_or(6379)) + "/0";
+  const std::string secret = parsed.password;
+  ASSERT_FALSE(secret.empty());
+  try {
+    Client client = Client::open("redis://" + secret + "@" + address);
+    EXPECT_TRUE(client.try_acquire(key())) << "the lone userinfo did not authenticate as the password";
+    EXPECT_EQ(client.url().find(secret), std::string::npos) << client.url();
+  } catch (const Error& e) {
+    ADD_FAILURE() << e.what();
+    EXPECT_EQ(std::string(e.what()).find(secret), std::string::npos) << "the error shows the password";
+  }
+  try {
+    Client::open("redis://not-the-pw-4711@" + address);
+    ADD_FAILURE() << "a wrong lone password was accepted";
+  } catch (const ConfigurationError& e) {
+    EXPECT_EQ(std::string(e.what()).find("not-the-pw-4711"), std::string::npos) << e.what();
+    EXPECT_NE(std::string(e.what()).find(address), std::string::npos) << e.what();
+  }
+}
+
 TEST_F(Redis, ServerDownAtStartUpIsAConnectionError) {
   // A port nothing listens on: bound, then closed.
   int port = 0;
