@@ -4,7 +4,8 @@
 // URL), a hiredis connection, a pool of them, and the server-side scripts run by EVALSHA.
 // Nothing here knows about locks, so Redlock can keep one Pool per server.
 //
-// A Connection is used by one thread at a time; Pool and Scripts may be shared.
+// A Connection is used by one thread at a time; Pool and Scripts may be shared. Every socket
+// is close-on-exec: a command dlock starts never inherits one.
 
 #include <hiredis/hiredis.h>
 

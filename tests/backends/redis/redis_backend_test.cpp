@@ -1,7 +1,7 @@
 // redis:// on a real server, through the public API: the script cache flushed under a held
 // lock, a restart without persistence (the holder learns of the loss), set-up errors (TLS,
-// credentials, an unreachable server), fencing after expiry and collect_idle, a waiter killed
-// with -9, fair mode's FIFO order, and 64 waiters on one key.
+// credentials, an unreachable server), sockets close-on-exec, fencing after expiry and
+// collect_idle, a waiter killed with -9, fair mode's FIFO order, and 64 waiters on one key.
 //
 // The shared server is the one scripts/servers/redis.sh starts (scripts/test.sh does), named by
 //   DLOCK_REDIS_URL        ACL user with every command (every case needs it, or skips)
@@ -10,10 +10,12 @@
 // Run as `redis_backend_tests --wait URL KEY TTL_MS`, this program is the waiter the -9 case kills.
 
 #include <arpa/inet.h>
+#include <fcntl.h>
 #include <gtest/gtest.h>
 #include <netinet/in.h>
 #include <signal.h>
 #include <sys/socket.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include <algorithm>
@@ -21,6 +23,7 @@
 #include <chrono>
 #include <cstdio>
 #include <cstdlib>
+#include <filesystem>
 #include <functional>
 #include <future>
 #include <mutex>
@@ -219,6 +222,45 @@ TEST_F(Redis, LoneUserinfoIsThePasswordAndNeverShown) {
     EXPECT_EQ(std::string(e.what()).find("not-the-pw-4711"), std::string::npos) << e.what();
     EXPECT_NE(std::string(e.what()).find(address), std::string::npos) << e.what();
   }
+}
+
+// The sockets to the Redis server in this process (peers on `port`).
+std::vector<int> sockets_to(int port) {
+  std::vector<int> fds;
+  for (const auto& entry : std::filesystem::directory_iterator("/proc/self/fd")) {
+    const int fd = std::stoi(entry.path().filename().string());
+    struct stat st {};
+    if (::fstat(fd, &st) != 0 || !S_ISSOCK(st.st_mode)) continue;
+    sockaddr_storage peer{};
+    socklen_t length = sizeof peer;
+    if (::getpeername(fd, reinterpret_cast<sockaddr*>(&peer), &length) != 0) continue;
+    int peer_port = 0;
+    if (peer.ss_family == AF_INET) peer_port = ntohs(reinterpret_cast<sockaddr_in*>(&peer)->sin_port);
+    if (peer.ss_family == AF_INET6) peer_port = ntohs(reinterpret_cast<sockaddr_in6*>(&peer)->sin6_port);
+    if (peer_port == port) fds.push_back(fd);
+  }
+  return fds;
+}
+
+// Defect 1: the hiredis sockets were not close-on-exec, so `dlock run` handed them to the
+// command. Every connection a client opens (pooled, a waiter's, the notice subscriber's) must be.
+TEST_F(Redis, BackendSocketsAreCloseOnExec) {
+  Client holder = Client::open(url_);
+  Client waiter = Client::open(url_);
+  Raw raw(url_);
+  const std::string k = key();
+  Lease lease = holder.acquire(k, {.ttl = 30s});
+  auto waiting = std::async(std::launch::async, [&] { return waiter.try_acquire_for(k, 20s, {.ttl = 10s}); });
+  ASSERT_TRUE(eventually([&] { return raw.queued(k) == 1; }, 5s)) << "the waiter never queued";
+  const auto fds = sockets_to(core::Url::parse(url_).port.value_or(6379));
+  // The holder's pooled connection, the waiter's and the test's own at least.
+  EXPECT_GE(fds.size(), 3u);
+  for (const int fd : fds) {
+    const int flags = ::fcntl(fd, F_GETFD);
+    EXPECT_TRUE(flags >= 0 && (flags & FD_CLOEXEC) != 0) << "fd " << fd << " to the Redis server is not close-on-exec";
+  }
+  lease.release();
+  EXPECT_TRUE(waiting.get());
 }
 
 TEST_F(Redis, ServerDownAtStartUpIsAConnectionError) {
