@@ -194,6 +194,13 @@ Reply Connection::blocking(const std::vector<std::string_view>& args, std::chron
   return reply;
 }
 
+Reply Connection::next_push() {
+  set_timeout(std::chrono::milliseconds(0));  // no timeout
+  return read(true);
+}
+
+void Connection::interrupt() noexcept { ::shutdown(context_->fd, SHUT_RDWR); }
+
 void Connection::send(const std::vector<std::string_view>& args) {
   append(args);
   for (int done = 0; !done;) {

@@ -1,7 +1,8 @@
 // redis:// on a real server, through the public API: the script cache flushed under a held
 // lock, a restart without persistence (the holder learns of the loss), set-up errors (TLS,
 // credentials, an unreachable server), sockets close-on-exec, fencing after expiry and
-// collect_idle, a waiter killed with -9, fair mode's FIFO order, and 64 waiters on one key.
+// collect_idle, force-release (at once, with a lock delay, its notices), a waiter killed with
+// -9, fair mode's FIFO order, and 64 waiters on one key.
 //
 // The shared server is the one scripts/servers/redis.sh starts (scripts/test.sh does), named by
 //   DLOCK_REDIS_URL        ACL user with every command (every case needs it, or skips)
@@ -71,6 +72,11 @@ class Raw {
   }
   // The queue of waiters on `key` (lua/common.lua).
   long long queued(const std::string& key) { return integer({"LLEN", "dlock:{" + key + "}:q"}); }
+  // Connections subscribed to the force-release notices of namespace `dlock`.
+  long long subscribers() {
+    const auto reply = connection_->command({"PUBSUB", "NUMSUB", "dlock:evicted"});
+    return backends::redis::integer(reply->element[1]);
+  }
 
  private:
   backends::redis::Endpoint endpoint_;
@@ -90,6 +96,14 @@ class Redis : public ::testing::Test {
 
   std::string key(const std::string& name = "k") const {
     return "redis-test/" + run_ + "/" + ::testing::UnitTest::GetInstance()->current_test_info()->name() + "/" + name;
+  }
+
+  // `waiter` waiting for `k` in the background (up to 20 s, for a 10 s TTL), once `raw` sees it
+  // queued behind `ahead` others.
+  static std::future<Attempt> queue_waiter(Client& waiter, const std::string& k, Raw& raw, long long ahead = 0) {
+    auto waiting = std::async(std::launch::async, [&waiter, k] { return waiter.try_acquire_for(k, 20s, {.ttl = 10s}); });
+    EXPECT_TRUE(eventually([&] { return raw.queued(k) == ahead + 1; }, 5s)) << "the waiter never queued";
+    return waiting;
   }
 
   std::string url_;
@@ -139,8 +153,8 @@ TEST_F(Redis, RestartWithoutPersistenceIsALossForTheHolder) {
   const std::uint64_t token = lease.token();
   std::promise<LossInfo> lost;
   lease.on_lost([&](const LossInfo& info) { lost.set_value(info); });
-  auto waiting = std::async(std::launch::async, [&] { return waiter.try_acquire_for(k, 20s, {.ttl = 10s}); });
-  ASSERT_TRUE(eventually([&] { return Raw(url).queued(k) == 1; }, 5s)) << "the waiter never queued";
+  Raw raw(url);
+  auto waiting = queue_waiter(waiter, k, raw);
 
   server.restart(0);
 
@@ -224,6 +238,46 @@ TEST_F(Redis, LoneUserinfoIsThePasswordAndNeverShown) {
   }
 }
 
+// A user without pub/sub channels (Redis 7's default for a new user) still locks and
+// force-releases: only the notices are missing, and a warning at open names the fix.
+TEST_F(Redis, UserWithoutTheNoticeChannelStillForceReleases) {
+  Raw raw(url_);
+  const std::string user = "nochannel-" + run_;
+  EXPECT_EQ(raw.text({"ACL", "SETUSER", user, "on", ">pw-4711", "~dlock:*", "resetchannels", "+@all"}), "OK");
+  struct Drop {
+    Raw& raw;
+    const std::string& user;
+    ~Drop() { raw.integer({"ACL", "DELUSER", user}); }
+  } drop{raw, user};
+  std::vector<std::string> warnings;
+  std::mutex mutex;
+  set_log_handler([&](LogLevel level, std::string_view message) {
+    std::lock_guard lock(mutex);
+    if (level == LogLevel::warning && message.find("SUBSCRIBE") != std::string_view::npos) {
+      warnings.emplace_back(message);
+    }
+  });
+  const core::Url good = core::Url::parse(url_);
+  const std::string url = "redis://" + user + ":pw-4711@" + good.host + ":" + std::to_string(*good.port) + "/0";
+  {
+    Client client = Client::open(url);
+    const std::string k = key();
+    Lease lease = client.acquire(k, {.ttl = 10s});
+    const auto released = client.force_release(k);
+    ASSERT_TRUE(released);
+    EXPECT_EQ(released->token, lease.token());
+    EXPECT_THROW(lease.renew(), LockLostError);
+    EXPECT_THROW(lease.release(), LockLostError);
+    EXPECT_TRUE(client.try_acquire(k));
+  }
+  set_log_handler([](LogLevel level, std::string_view message) {  // as the default handler
+    if (level >= LogLevel::warning) std::fprintf(stderr, "dlock: %.*s\n", static_cast<int>(message.size()), message.data());
+  });
+  ASSERT_EQ(warnings.size(), 1u);
+  EXPECT_NE(warnings[0].find("&dlock:evicted"), std::string::npos) << warnings[0];
+  EXPECT_EQ(warnings[0].find("pw-4711"), std::string::npos) << warnings[0];
+}
+
 // The sockets to the Redis server in this process (peers on `port`).
 std::vector<int> sockets_to(int port) {
   std::vector<int> fds;
@@ -250,8 +304,7 @@ TEST_F(Redis, BackendSocketsAreCloseOnExec) {
   Raw raw(url_);
   const std::string k = key();
   Lease lease = holder.acquire(k, {.ttl = 30s});
-  auto waiting = std::async(std::launch::async, [&] { return waiter.try_acquire_for(k, 20s, {.ttl = 10s}); });
-  ASSERT_TRUE(eventually([&] { return raw.queued(k) == 1; }, 5s)) << "the waiter never queued";
+  auto waiting = queue_waiter(waiter, k, raw);
   const auto fds = sockets_to(core::Url::parse(url_).port.value_or(6379));
   // The holder's pooled connection, the waiter's and the test's own at least.
   EXPECT_GE(fds.size(), 3u);
@@ -320,21 +373,77 @@ TEST_F(Redis, FencingTokensRiseAfterExpiryAndCollectIdle) {
   }
 }
 
-// force_release hands the key to a waiter at once: the waiter does not wait out the 30 s lease.
+// An immediate force_release hands the key to a waiter at once: the waiter does not wait out
+// the 30 s lease.
 TEST_F(Redis, ForceReleaseWakesAWaiter) {
   Client holder = Client::open(url_);
   Client waiter = Client::open(url_);
   Raw raw(url_);
   const std::string k = key();
   Lease lease = holder.acquire(k, {.ttl = 30s});
-  auto waiting = std::async(std::launch::async, [&] { return waiter.try_acquire_for(k, 20s, {.ttl = 10s}); });
-  ASSERT_TRUE(eventually([&] { return raw.queued(k) == 1; }, 5s));
+  auto waiting = queue_waiter(waiter, k, raw);
   const auto start = Clock::now();
-  ASSERT_TRUE(holder.force_release(k));
+  ASSERT_TRUE(holder.force_release(k, Eviction::immediate));
   ASSERT_EQ(waiting.wait_for(5s), std::future_status::ready) << "the waiter was not woken";
   EXPECT_TRUE(waiting.get());
   EXPECT_LT(ms(Clock::now() - start), 2000);
   EXPECT_THROW(lease.release(), LockLostError);
+}
+
+// A force-release with a lock delay keeps the queue as it is, lets no newcomer in (fair or
+// not), and the evicted holder's release hands the key to the first waiter.
+TEST_F(Redis, LockDelayKeepsTheQueueUntilTheHoldersRelease) {
+  for (const std::string& url : {url_, with_option(url_, "fair=true")}) {
+    SCOPED_TRACE(url);
+    Client holder = Client::open(url);
+    Client waiter = Client::open(url);
+    Client newcomer = Client::open(url);
+    Raw raw(url_);
+    const std::string k = key(url == url_ ? "plain" : "fair");
+    Lease lease = holder.acquire(k, {.ttl = 30s});
+    auto waiting = queue_waiter(waiter, k, raw);
+    ASSERT_TRUE(newcomer.force_release(k));
+    auto barging = newcomer.try_acquire(k);
+    EXPECT_FALSE(barging) << "a newcomer took the key under the lock delay";
+    if (barging.holder()) {
+      EXPECT_TRUE(barging.holder()->evicted);
+    }
+    EXPECT_EQ(raw.queued(k), 1) << "the lock delay touched the queue";
+    const auto start = Clock::now();
+    EXPECT_THROW(lease.release(), LockLostError);
+    ASSERT_EQ(waiting.wait_for(5s), std::future_status::ready) << "the waiter was not handed the key";
+    auto next = waiting.get();
+    ASSERT_TRUE(next);
+    EXPECT_LT(ms(Clock::now() - start), 2000);
+    EXPECT_GT(next.lease().token(), lease.token());
+  }
+}
+
+// The subscriber connection comes back after a restart: a holder evicted afterwards still learns
+// within about a second, not at its next renewal (10 s here).
+TEST_F(Redis, EvictionNoticesResumeAfterARestart) {
+  test::RedisServers server(DLOCK_SERVER_SCRIPT, 1);
+  const std::string url = server.url(0);
+  Client holder = Client::open(url);
+  ASSERT_EQ(Raw(url).subscribers(), 1) << "no subscriber once the client is open";
+  server.restart(0);
+  const auto subscribed = [&] {
+    try {
+      return Raw(url).subscribers() == 1;
+    } catch (const backends::redis::RedisError&) {
+      return false;
+    }
+  };
+  ASSERT_TRUE(eventually(subscribed, 10s)) << "the subscriber never came back";
+  const std::string k = key();
+  Lease lease = holder.acquire(k, {.ttl = 30s, .auto_renew = true});
+  std::promise<LossInfo> lost;
+  lease.on_lost([&](const LossInfo& info) { lost.set_value(info); });
+  const auto start = Clock::now();
+  ASSERT_TRUE(Client::open(url).force_release(k));
+  auto loss = lost.get_future();
+  ASSERT_EQ(loss.wait_for(5s), std::future_status::ready) << "the evicted holder was not told";
+  EXPECT_LT(ms(Clock::now() - start), 1500);
 }
 
 // A waiter killed with -9 leaves an entry nobody refreshes: the server passes it over once
@@ -349,8 +458,7 @@ TEST_F(Redis, WaiterKilledWithSigkillDoesNotBlockTheKey) {
   ASSERT_TRUE(eventually([&] { return raw.queued(k) == 1; }, 10s)) << "the child never queued";
   child.kill(SIGKILL);
   child.wait();
-  auto waiting = std::async(std::launch::async, [&] { return waiter.try_acquire_for(k, 20s, {.ttl = 10s}); });
-  ASSERT_TRUE(eventually([&] { return raw.queued(k) == 2; }, 5s));
+  auto waiting = queue_waiter(waiter, k, raw, 1);
   std::this_thread::sleep_for(3500ms);  // the dead entry's lifetime
   const auto start = Clock::now();
   lease.release();
@@ -373,8 +481,7 @@ TEST_F(Redis, KeyHandedToAFreshlyKilledWaiterRunsOutWithItsTtl) {
   ASSERT_TRUE(eventually([&] { return raw.queued(k) == 1; }, 10s)) << "the child never queued";
   child.kill(SIGKILL);
   child.wait();
-  auto waiting = std::async(std::launch::async, [&] { return waiter.try_acquire_for(k, 20s, {.ttl = 10s}); });
-  ASSERT_TRUE(eventually([&] { return raw.queued(k) == 2; }, 5s));
+  auto waiting = queue_waiter(waiter, k, raw, 1);
   const auto start = Clock::now();
   lease.release();
   ASSERT_EQ(waiting.wait_for(10s), std::future_status::ready);
