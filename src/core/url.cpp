@@ -41,6 +41,10 @@ std::string percent_decode(std::string_view in, std::string_view shown) {
   return out;
 }
 
+bool is_redis_scheme(std::string_view scheme) {
+  return scheme == "redis" || scheme == "rediss" || scheme == "redlock";
+}
+
 }  // namespace
 
 Url Url::parse(std::string_view text) {
@@ -71,8 +75,13 @@ Url Url::parse(std::string_view text) {
     const std::string_view userinfo = authority.substr(0, at);
     authority = authority.substr(at + 1);
     const auto colon = userinfo.find(':');
-    url.user = percent_decode(userinfo.substr(0, colon), shown);
-    if (colon != std::string_view::npos) url.password = percent_decode(userinfo.substr(colon + 1), shown);
+    if (colon == std::string_view::npos && is_redis_scheme(url.scheme)) {
+      // Redis's convention (redis-cli -u, Jedis, redis-py): a lone userinfo is the password.
+      url.password = percent_decode(userinfo, shown);
+    } else {
+      url.user = percent_decode(userinfo.substr(0, colon), shown);
+      if (colon != std::string_view::npos) url.password = percent_decode(userinfo.substr(colon + 1), shown);
+    }
   }
   // A host list (redlock://h1:1,h2:2) keeps its ports inside `host`; backends split it.
   const bool host_list = authority.find(',') != std::string_view::npos;

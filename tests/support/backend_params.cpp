@@ -113,6 +113,7 @@ std::vector<BackendParam> all_backends() {
     }
     if (scheme == "redis") {
       p.counts_waiters = true;
+      p.notifies_evictions = true;
       p.bad_location_url = "redis://127.0.0.1:1/0";  // nothing listens on port 1
       p.bad_location_names = "127.0.0.1:1";
       p.malformed_urls = {
@@ -124,6 +125,7 @@ std::vector<BackendParam> all_backends() {
       };
     }
     if (scheme == "redlock") {
+      p.notifies_evictions = true;
       p.bad_location_url = "redlock://127.0.0.1:1,127.0.0.1:2,127.0.0.1:3/0";  // nothing listens there
       p.bad_location_names = "127.0.0.1:1";
       p.malformed_urls = {

@@ -44,6 +44,23 @@ TEST(Url, RedactedHidesThePassword) {
   EXPECT_EQ(url.redacted().find("hunter2"), std::string::npos);
 }
 
+// Defect 8: `redis://SECRET@host` was echoed verbatim as a user name. A lone userinfo is the
+// password for Redis (redis-cli -u, Jedis, redis-py), so it is parsed and redacted as one.
+TEST(Url, LoneUserinfoIsTheRedisPasswordAndRedacted) {
+  for (const char* text : {"redis://hunter2@h:6379/0", "rediss://hunter2@h", "redlock://hunter2@h1:1,h2:2,h3:3/0"}) {
+    SCOPED_TRACE(text);
+    const auto url = Url::parse(text);
+    EXPECT_EQ(url.user, "");
+    EXPECT_EQ(url.password, "hunter2");
+    EXPECT_EQ(url.redacted().find("hunter2"), std::string::npos) << url.redacted();
+    EXPECT_NE(url.redacted().find(":***@"), std::string::npos) << url.redacted();
+  }
+  // Elsewhere a lone userinfo stays the user name, as URLs have it.
+  const auto mysql = Url::parse("mysql://app@h/db");
+  EXPECT_EQ(mysql.user, "app");
+  EXPECT_EQ(mysql.password, "");
+}
+
 TEST(Url, ErrorsNameTheProblemAndNeverThePassword) {
   const auto message = [](const char* text) {
     try {

@@ -1,5 +1,6 @@
 #include "backends/redis/connection.hpp"
 
+#include <fcntl.h>
 #include <sys/socket.h>
 #include <sys/time.h>
 
@@ -115,6 +116,11 @@ Connection::Connection(const Endpoint& endpoint) : endpoint_(endpoint) {
   context_.reset(redisConnectWithTimeout(endpoint.host.c_str(), endpoint.port, to_timeval(endpoint.connect_timeout)));
   if (!context_) throw RedisError{"out of memory", true, false};
   if (context_->err) fail(false);
+  // hiredis 0.14 opens its socket without SOCK_CLOEXEC; a command dlock runs must not inherit it.
+  const int flags = ::fcntl(context_->fd, F_GETFD);
+  if (flags < 0 || ::fcntl(context_->fd, F_SETFD, flags | FD_CLOEXEC) < 0) {
+    throw RedisError{std::string("cannot make the socket close-on-exec: ") + std::strerror(errno), true, false};
+  }
   set_timeout(endpoint.command_timeout);
   redisEnableKeepAlive(context_.get());
   std::vector<std::vector<std::string_view>> setup;
@@ -187,6 +193,13 @@ Reply Connection::blocking(const std::vector<std::string_view>& args, std::chron
   set_timeout(endpoint_.command_timeout);
   return reply;
 }
+
+Reply Connection::next_push() {
+  set_timeout(std::chrono::milliseconds(0));  // no timeout
+  return read(true);
+}
+
+void Connection::interrupt() noexcept { ::shutdown(context_->fd, SHUT_RDWR); }
 
 void Connection::send(const std::vector<std::string_view>& args) {
   append(args);

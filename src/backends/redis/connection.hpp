@@ -4,7 +4,8 @@
 // URL), a hiredis connection, a pool of them, and the server-side scripts run by EVALSHA.
 // Nothing here knows about locks, so Redlock can keep one Pool per server.
 //
-// A Connection is used by one thread at a time; Pool and Scripts may be shared.
+// A Connection is used by one thread at a time (interrupt() aside); Pool and Scripts may be
+// shared. Every socket is close-on-exec: a command dlock starts never inherits one.
 
 #include <hiredis/hiredis.h>
 
@@ -81,6 +82,13 @@ class Connection {
   // timeout when longer). Throws RedisError; an error reply too.
   void send(const std::vector<std::string_view>& args);
   Reply receive(std::chrono::milliseconds timeout);
+
+  // For a subscribed connection: the next message the server pushes, waiting as long as it
+  // takes (TCP keepalive notices a server gone silent) or until interrupt(). Throws RedisError.
+  Reply next_push();
+  // Ends a next_push() waiting in another thread, which then throws: the connection breaks.
+  // The one member another thread may call, while the connection exists.
+  void interrupt() noexcept;
 
   // After a failure the connection is unusable.
   bool broken() const noexcept { return context_ == nullptr || context_->err != 0; }

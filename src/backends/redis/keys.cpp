@@ -78,6 +78,7 @@ LockInfo lock_info(std::string key, const redisReply* owner, const redisReply* t
                 std::chrono::milliseconds(std::max<std::int64_t>(integer(pttl), 1)),
                 std::chrono::milliseconds(integer(held_ms))};
   if (waiters) info.waiters = static_cast<std::uint32_t>(u64(waiters));
+  info.evicted = info.hold_count == 0;
   return info;
 }
 

@@ -56,10 +56,12 @@ class LockKeys {
 
 // The store-wide keys of a namespace.
 struct StoreKeys {
-  explicit StoreKeys(const std::string& ns) : held(ns + ":held"), known(ns + ":keys"), activity(ns + ":activity") {}
+  explicit StoreKeys(const std::string& ns)
+      : held(ns + ":held"), known(ns + ":keys"), activity(ns + ":activity"), evicted(ns + ":evicted") {}
   std::string held;      // sorted set of keys that may be held, for list
   std::string known;     // sorted set of keys with a counter, for collect_idle
   std::string activity;  // hash of the activity totals
+  std::string evicted;   // the channel a force-release publishes its key on
 };
 
 // The names of the activity hash's fields (add_activity.lua's order) and the values of a delta.
@@ -81,6 +83,7 @@ std::string random_hex();
 
 std::uint64_t u64(const redisReply* reply);
 // A holder as the scripts report it: owner, token, holds, pttl_ms, held_ms (and waiters).
+// Holds 0 marks a holder evicted with a lock delay.
 LockInfo lock_info(std::string key, const redisReply* owner, const redisReply* token, const redisReply* holds,
                    const redisReply* pttl, const redisReply* held_ms, const redisReply* waiters = nullptr);
 

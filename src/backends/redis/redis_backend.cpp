@@ -10,11 +10,13 @@
 #include <array>
 #include <atomic>
 #include <cstdio>
+#include <functional>
 #include <thread>
 
 #include "backends/redis/connection.hpp"
 #include "backends/redis/keys.hpp"
 #include "backends/redis/lua_scripts.hpp"
+#include "backends/redis/subscriber.hpp"
 #include "dlock/errors.hpp"
 
 namespace dlock::backends {
@@ -85,13 +87,21 @@ class RedisBackend final : public backend::Backend {
 
   ListPage list(std::string_view prefix, std::string_view after, std::size_t limit) override;
 
-  std::optional<LockInfo> force_release(std::string_view key, Eviction /*eviction*/) override {
+  std::optional<LockInfo> force_release(std::string_view key, Eviction eviction) override {
     const LockKeys keys = lock_keys(key);
+    const std::string_view delayed = eviction == Eviction::delayed ? "1" : "0";
     auto connection = take(key);
-    const Reply reply = run(*connection, kForceRelease, keys.all(), {key}, key);
+    const Reply reply = run(*connection, kForceRelease, keys.all(), {key, delayed, store_.evicted}, key);
     if (is_nil(reply.get())) return std::nullopt;
     return lock_info(std::string(key), reply->element[0], reply->element[1], reply->element[2], reply->element[3],
                      reply->element[4]);
+  }
+
+  bool watch_evictions(std::function<void(std::string_view)> evicted) override {
+    auto subscriber = std::make_unique<Subscriber>(settings_.endpoint, store_.evicted, std::move(evicted));
+    if (!subscriber->accepted()) return false;
+    subscriber_ = std::move(subscriber);
+    return true;
   }
 
   std::unique_ptr<backend::WakeChannel> wake_channel(std::string_view key, std::string_view ticket) override;
@@ -175,6 +185,7 @@ class RedisBackend final : public backend::Backend {
   const std::string alive_ms_ = std::to_string(kAlive.count());
   const std::string waiter_prefix_;
   std::atomic<std::uint64_t> waiters_{0};
+  std::unique_ptr<Subscriber> subscriber_;  // force-release notices, once watched
 };
 
 // A waiting call's place in the key's queue, on a connection of its own. Its attempts (the

@@ -23,6 +23,7 @@
 #include <atomic>
 #include <charconv>
 #include <cstdio>
+#include <functional>
 #include <map>
 #include <mutex>
 #include <random>
@@ -31,6 +32,7 @@
 #include "backends/redis/connection.hpp"
 #include "backends/redis/keys.hpp"
 #include "backends/redis/lua_scripts.hpp"
+#include "backends/redis/subscriber.hpp"
 #include "backends/redlock/lua_scripts.hpp"
 #include "dlock/errors.hpp"
 
@@ -148,6 +150,7 @@ class RedlockBackend final : public backend::Backend {
   std::optional<LockInfo> inspect(std::string_view key) override;
   ListPage list(std::string_view prefix, std::string_view after, std::size_t limit) override;
   std::optional<LockInfo> force_release(std::string_view key, Eviction eviction) override;
+  bool watch_evictions(std::function<void(std::string_view)> evicted) override;
   std::unique_ptr<backend::WakeChannel> wake_channel(std::string_view key, std::string_view ticket) override;
   void ping() override;
   std::size_t collect_idle() override;
@@ -198,6 +201,7 @@ class RedlockBackend final : public backend::Backend {
   const std::string alive_ms_ = std::to_string(kAlive.count());
   const std::string waiter_prefix_ = redis::random_hex();
   std::atomic<std::uint64_t> waiters_{0};
+  std::vector<std::unique_ptr<redis::Subscriber>> subscribers_;  // force-release notices, one per server
 };
 
 RedlockBackend::RedlockBackend(Settings settings)
@@ -307,11 +311,16 @@ std::optional<LockInfo> RedlockBackend::agreed(const std::vector<LockInfo>& seen
   // Longest lease first: the lock stays held by a majority until the quorum-th of them ends.
   std::sort(infos.begin(), infos.end(), [](const LockInfo* a, const LockInfo* b) { return a->ttl_left > b->ttl_left; });
   LockInfo info = *infos[std::min(quorum_, infos.size()) - 1];
+  std::size_t live = 0;
   for (const LockInfo* other : infos) {
     info.token = std::max(info.token, other->token);
     info.hold_count = std::max(info.hold_count, other->hold_count);
     if (other->held_for) info.held_for = std::max(info.held_for.value_or(milliseconds(0)), *other->held_for);
+    if (!other->evicted) ++live;
   }
+  // Evicted once it is live on fewer than a majority: no renewal of it can succeed any more.
+  info.evicted = live < infos.size() && live < quorum_;
+  if (info.evicted) info.hold_count = 0;
   return info;
 }
 
@@ -463,9 +472,11 @@ std::optional<LockInfo> RedlockBackend::inspect(std::string_view key) {
   return agreed(seen);
 }
 
-std::optional<LockInfo> RedlockBackend::force_release(std::string_view key, Eviction /*eviction*/) {
+std::optional<LockInfo> RedlockBackend::force_release(std::string_view key, Eviction eviction) {
   const Keys keys = this->keys(key);
-  const auto answers = round({kForceRelease, keys.with_bell(), everyone({key, alive_ms_})}, settings_.command_timeout);
+  const std::string_view delayed = eviction == Eviction::delayed ? "1" : "0";
+  const auto answers = round({kForceRelease, keys.with_bell(), everyone({key, alive_ms_, delayed, store_.evicted})},
+                             settings_.command_timeout);
   std::vector<LockInfo> seen;
   for (const auto& a : answers) {
     if (!a.ok() || is_nil(a.reply.get())) continue;
@@ -475,6 +486,20 @@ std::optional<LockInfo> RedlockBackend::force_release(std::string_view key, Evic
   // Short of a majority the holder may keep the lock on the others until its lease ends.
   if (answered(answers) < quorum_) no_majority(answers, key, "cannot force-release");
   return agreed(seen, true);
+}
+
+bool RedlockBackend::watch_evictions(std::function<void(std::string_view)> evicted) {
+  // Every server publishes its force-releases: a notice reaches the holder while any one of
+  // them it subscribed to answers (a notice more than once costs a spurious check).
+  for (const auto& server : servers_) {
+    subscribers_.push_back(std::make_unique<redis::Subscriber>(server->pool.endpoint(), store_.evicted, evicted));
+  }
+  // Each waits for its first try; they run at once, so a server down costs one timeout.
+  std::size_t accepting = 0;
+  for (const auto& subscriber : subscribers_) accepting += subscriber->accepted() ? 1 : 0;
+  if (accepting > 0) return true;
+  subscribers_.clear();
+  return false;
 }
 
 ListPage RedlockBackend::list(std::string_view prefix, std::string_view after, std::size_t limit) {

@@ -1,7 +1,8 @@
 // redis:// on a real server, through the public API: the script cache flushed under a held
 // lock, a restart without persistence (the holder learns of the loss), set-up errors (TLS,
-// credentials, an unreachable server), fencing after expiry and collect_idle, a waiter killed
-// with -9, fair mode's FIFO order, and 64 waiters on one key.
+// credentials, an unreachable server), sockets close-on-exec, fencing after expiry and
+// collect_idle, force-release (at once, with a lock delay, its notices), a waiter killed with
+// -9, fair mode's FIFO order, and 64 waiters on one key.
 //
 // The shared server is the one scripts/servers/redis.sh starts (scripts/test.sh does), named by
 //   DLOCK_REDIS_URL        ACL user with every command (every case needs it, or skips)
@@ -10,10 +11,12 @@
 // Run as `redis_backend_tests --wait URL KEY TTL_MS`, this program is the waiter the -9 case kills.
 
 #include <arpa/inet.h>
+#include <fcntl.h>
 #include <gtest/gtest.h>
 #include <netinet/in.h>
 #include <signal.h>
 #include <sys/socket.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include <algorithm>
@@ -21,6 +24,7 @@
 #include <chrono>
 #include <cstdio>
 #include <cstdlib>
+#include <filesystem>
 #include <functional>
 #include <future>
 #include <mutex>
@@ -68,6 +72,11 @@ class Raw {
   }
   // The queue of waiters on `key` (lua/common.lua).
   long long queued(const std::string& key) { return integer({"LLEN", "dlock:{" + key + "}:q"}); }
+  // Connections subscribed to the force-release notices of namespace `dlock`.
+  long long subscribers() {
+    const auto reply = connection_->command({"PUBSUB", "NUMSUB", "dlock:evicted"});
+    return backends::redis::integer(reply->element[1]);
+  }
 
  private:
   backends::redis::Endpoint endpoint_;
@@ -87,6 +96,14 @@ class Redis : public ::testing::Test {
 
   std::string key(const std::string& name = "k") const {
     return "redis-test/" + run_ + "/" + ::testing::UnitTest::GetInstance()->current_test_info()->name() + "/" + name;
+  }
+
+  // `waiter` waiting for `k` in the background (up to 20 s, for a 10 s TTL), once `raw` sees it
+  // queued behind `ahead` others.
+  static std::future<Attempt> queue_waiter(Client& waiter, const std::string& k, Raw& raw, long long ahead = 0) {
+    auto waiting = std::async(std::launch::async, [&waiter, k] { return waiter.try_acquire_for(k, 20s, {.ttl = 10s}); });
+    EXPECT_TRUE(eventually([&] { return raw.queued(k) == ahead + 1; }, 5s)) << "the waiter never queued";
+    return waiting;
   }
 
   std::string url_;
@@ -136,8 +153,8 @@ TEST_F(Redis, RestartWithoutPersistenceIsALossForTheHolder) {
   const std::uint64_t token = lease.token();
   std::promise<LossInfo> lost;
   lease.on_lost([&](const LossInfo& info) { lost.set_value(info); });
-  auto waiting = std::async(std::launch::async, [&] { return waiter.try_acquire_for(k, 20s, {.ttl = 10s}); });
-  ASSERT_TRUE(eventually([&] { return Raw(url).queued(k) == 1; }, 5s)) << "the waiter never queued";
+  Raw raw(url);
+  auto waiting = queue_waiter(waiter, k, raw);
 
   server.restart(0);
 
@@ -193,6 +210,110 @@ TEST_F(Redis, WrongPasswordOrUnknownUserIsAClearErrorWithoutThePassword) {
   if (const auto plain = env("DLOCK_REDIS_PLAIN_URL")) {
     EXPECT_TRUE(Client::open(*plain).try_acquire(key("plain"))) << "plain AUTH with the right password failed";
   }
+}
+
+// Defect 8: `redis://SECRET@host` was taken for a user name, refused, and echoed verbatim in
+// the error. A lone userinfo is the password, as for redis-cli -u, Jedis and redis-py.
+TEST_F(Redis, LoneUserinfoIsThePasswordAndNeverShown) {
+  const auto plain = env("DLOCK_REDIS_PLAIN_URL");
+  if (!plain) GTEST_SKIP() << "DLOCK_REDIS_PLAIN_URL is not set";
+  const core::Url parsed = core::Url::parse(*plain);  // redis://:PASSWORD@host:port/0
+  const std::string address = parsed.host + ":" + std::to_string(parsed.port.value_or(6379)) + "/0";
+  const std::string secret = parsed.password;
+  ASSERT_FALSE(secret.empty());
+  try {
+    Client client = Client::open("redis://" + secret + "@" + address);
+    EXPECT_TRUE(client.try_acquire(key())) << "the lone userinfo did not authenticate as the password";
+    EXPECT_EQ(client.url().find(secret), std::string::npos) << client.url();
+  } catch (const Error& e) {
+    ADD_FAILURE() << e.what();
+    EXPECT_EQ(std::string(e.what()).find(secret), std::string::npos) << "the error shows the password";
+  }
+  try {
+    Client::open("redis://not-the-pw-4711@" + address);
+    ADD_FAILURE() << "a wrong lone password was accepted";
+  } catch (const ConfigurationError& e) {
+    EXPECT_EQ(std::string(e.what()).find("not-the-pw-4711"), std::string::npos) << e.what();
+    EXPECT_NE(std::string(e.what()).find(address), std::string::npos) << e.what();
+  }
+}
+
+// A user without pub/sub channels (Redis 7's default for a new user) still locks and
+// force-releases: only the notices are missing, and a warning at open names the fix.
+TEST_F(Redis, UserWithoutTheNoticeChannelStillForceReleases) {
+  Raw raw(url_);
+  const std::string user = "nochannel-" + run_;
+  EXPECT_EQ(raw.text({"ACL", "SETUSER", user, "on", ">pw-4711", "~dlock:*", "resetchannels", "+@all"}), "OK");
+  struct Drop {
+    Raw& raw;
+    const std::string& user;
+    ~Drop() { raw.integer({"ACL", "DELUSER", user}); }
+  } drop{raw, user};
+  std::vector<std::string> warnings;
+  std::mutex mutex;
+  set_log_handler([&](LogLevel level, std::string_view message) {
+    std::lock_guard lock(mutex);
+    if (level == LogLevel::warning && message.find("SUBSCRIBE") != std::string_view::npos) {
+      warnings.emplace_back(message);
+    }
+  });
+  const core::Url good = core::Url::parse(url_);
+  const std::string url = "redis://" + user + ":pw-4711@" + good.host + ":" + std::to_string(*good.port) + "/0";
+  {
+    Client client = Client::open(url);
+    const std::string k = key();
+    Lease lease = client.acquire(k, {.ttl = 10s});
+    const auto released = client.force_release(k);
+    ASSERT_TRUE(released);
+    EXPECT_EQ(released->token, lease.token());
+    EXPECT_THROW(lease.renew(), LockLostError);
+    EXPECT_THROW(lease.release(), LockLostError);
+    EXPECT_TRUE(client.try_acquire(k));
+  }
+  set_log_handler([](LogLevel level, std::string_view message) {  // as the default handler
+    if (level >= LogLevel::warning) std::fprintf(stderr, "dlock: %.*s\n", static_cast<int>(message.size()), message.data());
+  });
+  ASSERT_EQ(warnings.size(), 1u);
+  EXPECT_NE(warnings[0].find("&dlock:evicted"), std::string::npos) << warnings[0];
+  EXPECT_EQ(warnings[0].find("pw-4711"), std::string::npos) << warnings[0];
+}
+
+// The sockets to the Redis server in this process (peers on `port`).
+std::vector<int> sockets_to(int port) {
+  std::vector<int> fds;
+  for (const auto& entry : std::filesystem::directory_iterator("/proc/self/fd")) {
+    const int fd = std::stoi(entry.path().filename().string());
+    struct stat st {};
+    if (::fstat(fd, &st) != 0 || !S_ISSOCK(st.st_mode)) continue;
+    sockaddr_storage peer{};
+    socklen_t length = sizeof peer;
+    if (::getpeername(fd, reinterpret_cast<sockaddr*>(&peer), &length) != 0) continue;
+    int peer_port = 0;
+    if (peer.ss_family == AF_INET) peer_port = ntohs(reinterpret_cast<sockaddr_in*>(&peer)->sin_port);
+    if (peer.ss_family == AF_INET6) peer_port = ntohs(reinterpret_cast<sockaddr_in6*>(&peer)->sin6_port);
+    if (peer_port == port) fds.push_back(fd);
+  }
+  return fds;
+}
+
+// Defect 1: the hiredis sockets were not close-on-exec, so `dlock run` handed them to the
+// command. Every connection a client opens (pooled, a waiter's, the notice subscriber's) must be.
+TEST_F(Redis, BackendSocketsAreCloseOnExec) {
+  Client holder = Client::open(url_);
+  Client waiter = Client::open(url_);
+  Raw raw(url_);
+  const std::string k = key();
+  Lease lease = holder.acquire(k, {.ttl = 30s});
+  auto waiting = queue_waiter(waiter, k, raw);
+  const auto fds = sockets_to(core::Url::parse(url_).port.value_or(6379));
+  // The holder's pooled connection, the waiter's and the test's own at least.
+  EXPECT_GE(fds.size(), 3u);
+  for (const int fd : fds) {
+    const int flags = ::fcntl(fd, F_GETFD);
+    EXPECT_TRUE(flags >= 0 && (flags & FD_CLOEXEC) != 0) << "fd " << fd << " to the Redis server is not close-on-exec";
+  }
+  lease.release();
+  EXPECT_TRUE(waiting.get());
 }
 
 TEST_F(Redis, ServerDownAtStartUpIsAConnectionError) {
@@ -252,21 +373,77 @@ TEST_F(Redis, FencingTokensRiseAfterExpiryAndCollectIdle) {
   }
 }
 
-// force_release hands the key to a waiter at once: the waiter does not wait out the 30 s lease.
+// An immediate force_release hands the key to a waiter at once: the waiter does not wait out
+// the 30 s lease.
 TEST_F(Redis, ForceReleaseWakesAWaiter) {
   Client holder = Client::open(url_);
   Client waiter = Client::open(url_);
   Raw raw(url_);
   const std::string k = key();
   Lease lease = holder.acquire(k, {.ttl = 30s});
-  auto waiting = std::async(std::launch::async, [&] { return waiter.try_acquire_for(k, 20s, {.ttl = 10s}); });
-  ASSERT_TRUE(eventually([&] { return raw.queued(k) == 1; }, 5s));
+  auto waiting = queue_waiter(waiter, k, raw);
   const auto start = Clock::now();
-  ASSERT_TRUE(holder.force_release(k));
+  ASSERT_TRUE(holder.force_release(k, Eviction::immediate));
   ASSERT_EQ(waiting.wait_for(5s), std::future_status::ready) << "the waiter was not woken";
   EXPECT_TRUE(waiting.get());
   EXPECT_LT(ms(Clock::now() - start), 2000);
   EXPECT_THROW(lease.release(), LockLostError);
+}
+
+// A force-release with a lock delay keeps the queue as it is, lets no newcomer in (fair or
+// not), and the evicted holder's release hands the key to the first waiter.
+TEST_F(Redis, LockDelayKeepsTheQueueUntilTheHoldersRelease) {
+  for (const std::string& url : {url_, with_option(url_, "fair=true")}) {
+    SCOPED_TRACE(url);
+    Client holder = Client::open(url);
+    Client waiter = Client::open(url);
+    Client newcomer = Client::open(url);
+    Raw raw(url_);
+    const std::string k = key(url == url_ ? "plain" : "fair");
+    Lease lease = holder.acquire(k, {.ttl = 30s});
+    auto waiting = queue_waiter(waiter, k, raw);
+    ASSERT_TRUE(newcomer.force_release(k));
+    auto barging = newcomer.try_acquire(k);
+    EXPECT_FALSE(barging) << "a newcomer took the key under the lock delay";
+    if (barging.holder()) {
+      EXPECT_TRUE(barging.holder()->evicted);
+    }
+    EXPECT_EQ(raw.queued(k), 1) << "the lock delay touched the queue";
+    const auto start = Clock::now();
+    EXPECT_THROW(lease.release(), LockLostError);
+    ASSERT_EQ(waiting.wait_for(5s), std::future_status::ready) << "the waiter was not handed the key";
+    auto next = waiting.get();
+    ASSERT_TRUE(next);
+    EXPECT_LT(ms(Clock::now() - start), 2000);
+    EXPECT_GT(next.lease().token(), lease.token());
+  }
+}
+
+// The subscriber connection comes back after a restart: a holder evicted afterwards still learns
+// within about a second, not at its next renewal (10 s here).
+TEST_F(Redis, EvictionNoticesResumeAfterARestart) {
+  test::RedisServers server(DLOCK_SERVER_SCRIPT, 1);
+  const std::string url = server.url(0);
+  Client holder = Client::open(url);
+  ASSERT_EQ(Raw(url).subscribers(), 1) << "no subscriber once the client is open";
+  server.restart(0);
+  const auto subscribed = [&] {
+    try {
+      return Raw(url).subscribers() == 1;
+    } catch (const backends::redis::RedisError&) {
+      return false;
+    }
+  };
+  ASSERT_TRUE(eventually(subscribed, 10s)) << "the subscriber never came back";
+  const std::string k = key();
+  Lease lease = holder.acquire(k, {.ttl = 30s, .auto_renew = true});
+  std::promise<LossInfo> lost;
+  lease.on_lost([&](const LossInfo& info) { lost.set_value(info); });
+  const auto start = Clock::now();
+  ASSERT_TRUE(Client::open(url).force_release(k));
+  auto loss = lost.get_future();
+  ASSERT_EQ(loss.wait_for(5s), std::future_status::ready) << "the evicted holder was not told";
+  EXPECT_LT(ms(Clock::now() - start), 1500);
 }
 
 // A waiter killed with -9 leaves an entry nobody refreshes: the server passes it over once
@@ -281,8 +458,7 @@ TEST_F(Redis, WaiterKilledWithSigkillDoesNotBlockTheKey) {
   ASSERT_TRUE(eventually([&] { return raw.queued(k) == 1; }, 10s)) << "the child never queued";
   child.kill(SIGKILL);
   child.wait();
-  auto waiting = std::async(std::launch::async, [&] { return waiter.try_acquire_for(k, 20s, {.ttl = 10s}); });
-  ASSERT_TRUE(eventually([&] { return raw.queued(k) == 2; }, 5s));
+  auto waiting = queue_waiter(waiter, k, raw, 1);
   std::this_thread::sleep_for(3500ms);  // the dead entry's lifetime
   const auto start = Clock::now();
   lease.release();
@@ -305,8 +481,7 @@ TEST_F(Redis, KeyHandedToAFreshlyKilledWaiterRunsOutWithItsTtl) {
   ASSERT_TRUE(eventually([&] { return raw.queued(k) == 1; }, 10s)) << "the child never queued";
   child.kill(SIGKILL);
   child.wait();
-  auto waiting = std::async(std::launch::async, [&] { return waiter.try_acquire_for(k, 20s, {.ttl = 10s}); });
-  ASSERT_TRUE(eventually([&] { return raw.queued(k) == 2; }, 5s));
+  auto waiting = queue_waiter(waiter, k, raw, 1);
   const auto start = Clock::now();
   lease.release();
   ASSERT_EQ(waiting.wait_for(10s), std::future_status::ready);

@@ -148,6 +148,38 @@ TEST_F(Redlock, TwoOfThreeKilledIsACleanFailure) {
   }
 }
 
+// A force-release with a lock delay reaches a majority with one server down: the holder is
+// evicted (told at once by the servers still up), nobody else gets the key until the holder's
+// release, which opens it.
+TEST_F(Redlock, LockDelayWithOneOfThreeKilled) {
+  start(3);
+  if (IsSkipped()) return;
+  Client holder = Client::open(url_);
+  Client admin = Client::open(url_);
+  const std::string k = key();
+  Lease lease = holder.acquire(k, {.ttl = 30s, .auto_renew = true});
+  std::promise<LossInfo> lost;
+  lease.on_lost([&](const LossInfo& info) { lost.set_value(info); });
+  servers_->kill(0);
+  const auto forced = Clock::now();
+  const auto released = admin.force_release(k);
+  ASSERT_TRUE(released);
+  EXPECT_EQ(released->token, lease.token());
+  auto loss = lost.get_future();
+  ASSERT_EQ(loss.wait_for(5s), std::future_status::ready) << "the evicted holder was not told";
+  EXPECT_LT(ms(Clock::now() - forced), 1500) << "ms from the force-release to the holder's loss";
+  EXPECT_EQ(loss.get().reason, LossReason::not_owner);
+  const auto evicted = admin.inspect(k);
+  ASSERT_TRUE(evicted);
+  EXPECT_TRUE(evicted->evicted);
+  EXPECT_EQ(evicted->hold_count, 0u);
+  EXPECT_FALSE(admin.try_acquire(k)) << "taken under the lock delay";
+  EXPECT_THROW(lease.release(), LockLostError);
+  auto next = admin.try_acquire(k);
+  ASSERT_TRUE(next) << "the evicted holder's release did not open the key";
+  EXPECT_GT(next.lease().token(), lease.token());
+}
+
 // Five servers: two down still make a majority of three; a third down does not.
 TEST_F(Redlock, FiveServersOutliveTwoKilledButNotThree) {
   start(5);

@@ -2,16 +2,18 @@
 -- ARGV: key, owner, ttl_ms, fair (1 or 0), waiter id ('' for a plain attempt), alive_ms.
 -- Returns {1, token, holds[, handoff_us]} when the key is ours ({..., handoff_us} when it was
 -- handed to this waiter earlier), or {0, owner, token, holds, pttl_ms, now_us, held_ms} when
--- held (now_us only for a waiter; 0 otherwise).
+-- held (now_us only for a waiter; 0 otherwise; holds 0: the holder was evicted).
 local key, owner, ttl, fair, id, alive_ms = ARGV[1], ARGV[2], ARGV[3], ARGV[4] == '1', ARGV[5], tonumber(ARGV[6])
 local L = lock_keys(key)
-local o, t, holds, at = read_lock(L.lock)
 if id ~= '' then
-  local token, at = string.match(redis.call('LPOP', KEYS[7]) or '', '^(%d+) (%d+)$')
-  if token and o == owner and t == token then return {1, token, holds, at} end
+  local token, holds, at = claim(L, KEYS[7], owner)
+  if token then return {1, token, holds, at} end
 end
-if o == owner then
-  redis.call('SET', L.lock, lock_value(t, holds + 1, at, o), 'PX', ttl)
+local o, t, holds, at = read_lock(L.lock)
+if o == owner and holds > 0 then
+  -- A re-entry never shortens the lease: it ends at the later of its end and ttl from now.
+  local pttl = math.max(redis.call('PTTL', L.lock), tonumber(ttl))
+  redis.call('SET', L.lock, lock_value(t, holds + 1, at, o), 'PX', num(pttl))
   if id ~= '' then leave_queue(L, id) end
   return {1, t, holds + 1}
 end

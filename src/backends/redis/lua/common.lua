@@ -5,7 +5,9 @@
 -- The keys of one lock, all with the hash tag {K} (K the lock's key), in the order scripts
 -- take them as KEYS:
 --   [1] dlock:{K}         "token holds acquired_ms owner" while held (acquired_ms: the server's
---                         clock when this acquisition took the key); its PX expiry is the lease
+--                         clock when this acquisition took the key); its PX expiry is the lease.
+--                         holds 0: the holder was evicted (force-released with a lock delay) and
+--                         the key stays closed until it releases or the lease runs out
 --   [2] dlock:{K}:seq     the last token handed out; outlives the lease
 --   [3] dlock:{K}:q       list of waiter ids, first come first
 --   [4] dlock:{K}:qi      hash waiter id -> "alive_until_ms ttl_ms owner"
@@ -27,7 +29,8 @@ local function lock_keys(key)
           key = key}
 end
 
--- The holder of a lock key: owner, token (text), holds, acquired_ms (text); nil when free.
+-- The holder of a lock key: owner, token (text), holds (0: evicted), acquired_ms (text); nil
+-- when free.
 local function read_lock(lock)
   local value = redis.call('GET', lock)
   if not value then return nil end
@@ -108,29 +111,61 @@ local function leave_queue(L, id)
   redis.call('HDEL', L.waiters, id)
 end
 
--- Frees the key whoever holds it and hands it to the first live waiter. Returns what was held,
--- {owner, token, holds, pttl_ms, held_ms}, or nil.
-local function evict(L)
-  local o, t, holds, at = read_lock(L.lock)
-  if not o then return nil end
-  local pttl = redis.call('PTTL', L.lock)
+-- Frees the key and hands it to the first live waiter, as the last release does.
+local function free(L)
   redis.call('DEL', L.lock)
   redis.call('ZREM', L.held, L.key)
   hand_off(L)
+end
+
+-- Evicts the key's holder, whoever it is. Delayed (a lock delay): the holder stays recorded
+-- with its token and lease, hold count 0, so the key stays closed until that holder releases
+-- it or the lease runs out. Otherwise the key is freed and handed on at once. Either way the
+-- key is published on `channel`, for holders to learn at once (a store without the channel
+-- permission only loses the notice). Returns what was held, {owner, token, holds, pttl_ms,
+-- held_ms}, or nil.
+local function evict(L, delayed, channel)
+  local o, t, holds, at = read_lock(L.lock)
+  if not o then return nil end
+  local pttl = redis.call('PTTL', L.lock)
+  if not delayed then
+    free(L)
+  elseif holds > 0 then
+    redis.call('SET', L.lock, lock_value(t, 0, at, o), 'KEEPTTL')
+  end
+  redis.pcall('PUBLISH', channel, L.key)
   return {o, t, holds, pttl, held_ms(at)}
 end
 
 -- Drops one hold of (owner, token); the last one frees the key or hands it on. Returns the
--- holds left, or -1 when that acquisition no longer holds the key.
+-- holds left; -1 when that acquisition no longer holds the key; -2 when it was evicted with a
+-- lock delay: its release acknowledges the loss, and the key is freed (and handed on).
 local function drop_hold(L, owner, token)
   local o, t, holds, at = read_lock(L.lock)
   if o ~= owner or t ~= token then return -1 end
+  if holds == 0 then
+    free(L)
+    return -2
+  end
   if holds > 1 then
     redis.call('SET', L.lock, lock_value(t, holds - 1, at, o), 'KEEPTTL')
     return holds - 1
   end
-  redis.call('DEL', L.lock)
-  redis.call('ZREM', L.held, L.key)
-  hand_off(L)
+  free(L)
   return 0
+end
+
+-- The key handed to the waiter of `box`, not claimed yet: its token, holds and handoff_us, or
+-- nil. A handoff evicted meanwhile is acknowledged at once (the waiter never ran under it): the
+-- key is freed and handed on, and nil is returned.
+local function claim(L, box, owner)
+  local token, at = string.match(redis.call('LPOP', box) or '', '^(%d+) (%d+)$')
+  if not token then return nil end
+  local o, t, holds = read_lock(L.lock)
+  if o ~= owner or t ~= token then return nil end
+  if holds == 0 then
+    free(L)
+    return nil
+  end
+  return token, holds, at
 end

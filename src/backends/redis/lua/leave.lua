@@ -6,5 +6,5 @@ leave_queue(L, id)
 local handed = redis.call('LPOP', KEYS[7])
 redis.call('DEL', KEYS[7])
 if not handed then return 0 end
-if drop_hold(L, owner, string.match(handed, '^(%d+) ')) < 0 then return 0 end
+if drop_hold(L, owner, string.match(handed, '^(%d+) ')) == -1 then return 0 end
 return 1

@@ -4,10 +4,9 @@
 -- added again at the back, if it had been dropped as dead).
 local key, owner, ttl, id, alive_ms = ARGV[1], ARGV[2], ARGV[3], ARGV[4], tonumber(ARGV[5])
 local L = lock_keys(key)
-local o, t = read_lock(L.lock)
-if not o then return {2} end
-local token, at = string.match(redis.call('LPOP', KEYS[7]) or '', '^(%d+) (%d+)$')
-if token and o == owner and t == token then return {1, token, at} end
+local token, _, at = claim(L, KEYS[7], owner)
+if token then return {1, token, at} end
+if not read_lock(L.lock) then return {2} end
 local now = now_us()
 enqueue(L, id, owner, ttl, alive_ms, now)
 return {0, redis.call('PTTL', L.lock), num(now)}
