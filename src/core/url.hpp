@@ -1,6 +1,7 @@
 #pragma once
 
-// Backend URLs: scheme://[user[:password]@]host[:port][/path][?name=value&...].
+// Backend URLs: scheme://[user[:password]@]host[:port][/path][?name=value&...]. For redis://,
+// rediss:// and redlock:// a lone userinfo (redis://SECRET@host) is the password, as in redis-cli.
 // Options are strict: a backend reads the ones it knows through UrlOptions and finish()
 // rejects the rest, naming the accepted ones.
 
