@@ -84,8 +84,11 @@ class BoardChannel final : public backend::WakeChannel {
 };
 
 [[noreturn]] void board_error(const std::string& path, const char* what, int err) {
+  const char* fix = err == ENOSPC || err == EDQUOT
+                        ? "free space on its file system, or choose another directory: sqlite:///path/to/locks.db"
+                        : "choose a writable directory: sqlite:///path/to/locks.db";
   throw ConfigurationError("cannot " + std::string(what) + " the wake-up file " + path + " next to the database: " +
-                               std::strerror(err) + " (choose a writable directory: sqlite:///path/to/locks.db)",
+                               std::strerror(err) + " (" + fix + ")",
                            "sqlite");
 }
 
@@ -106,12 +109,17 @@ std::shared_ptr<WakeBoard> WakeBoard::open(const std::string& path, unsigned cre
   struct stat st {};
   if (::fstat(fd, &st) != 0) board_error(path, "inspect", errno);
   if (!S_ISREG(st.st_mode)) board_error(path, "use", EINVAL);
-  if (st.st_size < static_cast<off_t>(kBytes)) {
-    // Like SQLite's -wal and -shm files: whoever may use the database may use the board,
-    // whatever this process's umask. Best effort: another user's fresh file stays as it is.
-    if (st.st_size == 0 && (st.st_mode & 07777) != create_mode) (void)::fchmod(fd, create_mode);
-    // Growing to the same size concurrently is harmless; the board never shrinks.
-    if (::ftruncate(fd, static_cast<off_t>(kBytes)) != 0) board_error(path, "size", errno);
+  // Like SQLite's -wal and -shm files: whoever may use the database may use the board,
+  // whatever this process's umask. Best effort: another user's fresh file stays as it is.
+  if (st.st_size == 0 && (st.st_mode & 07777) != create_mode) (void)::fchmod(fd, create_mode);
+  // Short, or sparse (as earlier builds made it with ftruncate): allocate every page now, so a
+  // full file system is an error here rather than SIGBUS at the first touch of a page.
+  // Allocating concurrently is harmless; the board never shrinks.
+  if (st.st_size < static_cast<off_t>(kBytes) || st.st_blocks * 512 < static_cast<blkcnt_t>(kBytes)) {
+    int err = 0;
+    while ((err = ::posix_fallocate(fd, 0, static_cast<off_t>(kBytes))) == EINTR) {
+    }
+    if (err != 0) board_error(path, "allocate", err);
   }
   void* mapped = ::mmap(nullptr, kBytes, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
   if (mapped == MAP_FAILED) board_error(path, "map", errno);

@@ -9,6 +9,9 @@
 // Two keys that share both slot and bit can steal each other's wake-up; the loser then sleeps
 // until the holder's lease runs out, which the core never sleeps past. The layout and the hash
 // are an on-disk format shared by every dlock build on the host: do not change them.
+//
+// The file is allocated, not sparse: a page that a full file system cannot back would kill the
+// process with SIGBUS at its first touch.
 
 #include <cstddef>
 #include <cstdint>
@@ -32,8 +35,8 @@ class WakeBoard : public std::enable_shared_from_this<WakeBoard> {
   };
   static Spot locate(std::string_view key) noexcept;
 
-  // Opens (or creates, with `create_mode`) the board file and maps it. Throws
-  // ConfigurationError naming the file when it cannot.
+  // Opens (or creates, with `create_mode`) the board file, allocates it and maps it. Throws
+  // ConfigurationError naming the file and the cause (a full file system, say) when it cannot.
   static std::shared_ptr<WakeBoard> open(const std::string& path, unsigned create_mode);
   ~WakeBoard();
   WakeBoard(const WakeBoard&) = delete;

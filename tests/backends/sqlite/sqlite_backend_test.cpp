@@ -6,6 +6,7 @@
 #include <poll.h>
 #include <signal.h>
 #include <sqlite3.h>
+#include <sys/mount.h>
 #include <sys/stat.h>
 #include <sys/wait.h>
 #include <unistd.h>
@@ -692,14 +693,26 @@ std::string env(const char* name) {
 
 // The child side. "hold": take `shared`, print the token, release on 'r' and print the holds
 // left. "count": 30 times, wait for `counter` and add one to the number in DB.counter.
+// "cycle": open, take `shared` and release it, and print how that went (or the error).
 TEST(SqliteChild, DISABLED_Run) {
   const std::string mode = env("DLOCK_SQLITE_CHILD");
   if (mode.empty()) GTEST_SKIP() << "run by the multi-process tests only";
-  auto backend = open_db(env("DLOCK_SQLITE_CHILD_DB"));
   const auto say = [](const std::string& line) {
     const std::string text = line + "\n";
     ASSERT_EQ(::write(kChildOut, text.data(), text.size()), static_cast<ssize_t>(text.size()));
   };
+  if (mode == "cycle") {
+    try {
+      auto backend = open_db(env("DLOCK_SQLITE_CHILD_DB"));
+      const Acquired lease = must_acquire(*backend, "shared", "child");
+      const auto left = backend->release({"shared", "child", lease.token});
+      say(left ? "released " + std::to_string(*left) : "lost");
+    } catch (const Error& e) {
+      say(std::string("error: ") + e.what());
+    }
+    return;
+  }
+  auto backend = open_db(env("DLOCK_SQLITE_CHILD_DB"));
   if (mode == "hold") {
     const auto ttl = std::chrono::milliseconds(std::stoll(env("DLOCK_SQLITE_CHILD_TTL_MS")));
     const Acquired lease = must_acquire(*backend, "shared", "child", ttl);
@@ -780,6 +793,85 @@ TEST_F(SqliteProcesses, ProcessesExcludeEachOtherOnAFreshFile) {
   long long value = 0;
   std::ifstream(db + ".counter") >> value;
   EXPECT_EQ(value, 90);
+}
+
+// ---- A full file system ----
+
+// A 400 KiB tmpfs of the test's own (root may mount one; skipped where that is refused).
+class SqliteFullFilesystem : public TempDir {
+ protected:
+  void SetUp() override {
+    TempDir::SetUp();
+    mount_ = dir_ + "/small";
+    ASSERT_EQ(::mkdir(mount_.c_str(), 0700), 0) << std::strerror(errno);
+    if (::mount("tmpfs", mount_.c_str(), "tmpfs", 0, "size=400k") != 0) {
+      GTEST_SKIP() << "cannot mount a 400 KiB tmpfs on " << mount_ << " (" << std::strerror(errno)
+                   << "): run as root to test a full file system";
+    }
+    mounted_ = true;
+  }
+  void TearDown() override {
+    if (mounted_) {
+      EXPECT_EQ(::umount2(mount_.c_str(), MNT_DETACH), 0) << std::strerror(errno);
+    }
+    TempDir::TearDown();
+  }
+
+  // Writes FILE until the file system has no page left.
+  static void fill(const std::string& file) {
+    const int fd = ::open(file.c_str(), O_WRONLY | O_CREAT | O_CLOEXEC, 0600);
+    ASSERT_GE(fd, 0) << std::strerror(errno);
+    const std::vector<char> page(4096, 'x');
+    while (::write(fd, page.data(), page.size()) > 0) {
+    }
+    const int err = errno;
+    ::close(fd);
+    ASSERT_EQ(err, ENOSPC) << std::strerror(err);
+  }
+
+  std::string mount_;
+  bool mounted_ = false;
+};
+
+// Defect "SIGBUS on a full filesystem": the wake file was created sparse (ftruncate), and the
+// first touch of a page the full file system could not back killed the process with SIGBUS,
+// after the release had committed, losing the command's status and the wake-up.
+TEST_F(SqliteFullFilesystem, WakeFileOnAFullFilesystemIsNoSigbus) {
+  const std::string db = mount_ + "/locks.db";
+  {
+    auto backend = open_db(db);  // the database, its WAL and shared memory, while there is room
+    const Acquired lease = must_acquire(*backend, "shared", "parent");
+    ASSERT_EQ(backend->release({"shared", "parent", lease.token}), 0u);
+  }
+  // Every frame checkpointed, and a connection kept open so that no one rebuilds the WAL index:
+  // the next commit rewrites the WAL from its start, and the database works on the full file
+  // system.
+  Raw raw(db);
+  ASSERT_EQ(raw.exec("PRAGMA wal_checkpoint(RESTART)"), SQLITE_OK);
+  ASSERT_TRUE(fs::remove(db + "-wake"));
+  fill(mount_ + "/filler");
+
+  const auto cycle = [&] {
+    ChildProcess child({{"DLOCK_SQLITE_CHILD", "cycle"}, {"DLOCK_SQLITE_CHILD_DB", db}});
+    const auto line = child.read_line();
+    const int status = child.wait();
+    EXPECT_FALSE(WIFSIGNALED(status)) << "the child died of " << ::strsignal(WTERMSIG(status));
+    EXPECT_TRUE(WIFEXITED(status) && WEXITSTATUS(status) == 0)
+        << "the child did not finish cleanly (wait status " << status << "; under ASan a SIGBUS exits 1)";
+    return line.value_or("(nothing)");
+  };
+  const std::string refused = cycle();
+  EXPECT_TRUE(refused.starts_with("error: ")) << refused;
+  EXPECT_NE(refused.find(db + "-wake"), std::string::npos) << refused;
+  EXPECT_NE(refused.find("No space left on device"), std::string::npos) << refused;
+
+  // With room again, the wake file is allocated for real, not sparse.
+  ASSERT_TRUE(fs::remove(mount_ + "/filler"));
+  EXPECT_EQ(cycle(), "released 0");
+  struct stat st {};
+  ASSERT_EQ(::stat((db + "-wake").c_str(), &st), 0) << std::strerror(errno);
+  EXPECT_EQ(st.st_size, static_cast<off_t>(WakeBoard::kBytes));
+  EXPECT_GE(st.st_blocks * 512, st.st_size) << "the wake file is sparse";
 }
 
 // ---- The wake board ----
