@@ -9,10 +9,12 @@
 
 #include <atomic>
 #include <cerrno>
+#include <climits>
 #include <cstring>
 #include <ctime>
 #include <thread>
 
+#include "core/log.hpp"
 #include "core/stable_hash.hpp"
 #include "dlock/errors.hpp"
 
@@ -138,6 +140,58 @@ void WakeBoard::ring(std::string_view key) noexcept {
 std::unique_ptr<backend::WakeChannel> WakeBoard::channel(std::string_view key) {
   const Spot spot = locate(key);
   return std::make_unique<BoardChannel>(shared_from_this(), words_ + spot.slot, spot.bit);
+}
+
+std::uint32_t WakeBoard::eviction_word() const noexcept {
+  return std::atomic_ref<std::uint32_t>(*eviction()).load(std::memory_order_acquire);
+}
+
+void WakeBoard::announce_eviction() noexcept {
+  // Only the low half counts: a count that wraps carries into the high half, which is harmless.
+  std::atomic_ref<std::uint32_t>(*eviction()).fetch_add(1, std::memory_order_release);
+  futex(eviction(), FUTEX_WAKE_BITSET, INT_MAX, nullptr, FUTEX_BITSET_MATCH_ANY);
+}
+
+void WakeBoard::release_watchers() noexcept {
+  std::atomic_ref<std::uint32_t>(*eviction()).fetch_add(kEvictionMask + 1, std::memory_order_release);
+  futex(eviction(), FUTEX_WAKE_BITSET, INT_MAX, nullptr, FUTEX_BITSET_MATCH_ANY);
+}
+
+bool WakeBoard::wait_for_eviction(std::uint32_t seen) const noexcept {
+  if (futex(eviction(), FUTEX_WAIT_BITSET, seen, nullptr, FUTEX_BITSET_MATCH_ANY) == 0) return true;
+  return errno == EAGAIN || errno == EINTR;
+}
+
+EvictionWatch::EvictionWatch(std::shared_ptr<WakeBoard> board, Read read, std::function<void(std::string_view)> evicted)
+    : board_(std::move(board)), read_(std::move(read)), evicted_(std::move(evicted)) {
+  // Read here, not in the thread: an eviction announced before the thread runs still wakes it.
+  thread_ = std::thread(&EvictionWatch::run, this, board_->eviction_word());
+}
+
+EvictionWatch::~EvictionWatch() {
+  stop_.store(true);
+  board_->release_watchers();  // changes the word, so the thread cannot sleep through it
+  thread_.join();
+}
+
+void EvictionWatch::run(std::uint32_t seen) {
+  std::int64_t after = 0;  // the last eviction read; the first read starts at the watch's start
+  for (;;) {
+    if (!board_->wait_for_eviction(seen)) return;  // no futex: holders learn at their renewal
+    const std::uint32_t word = board_->eviction_word();
+    if (stop_.load()) return;
+    const bool evicted = ((word ^ seen) & WakeBoard::kEvictionMask) != 0;
+    seen = word;
+    if (!evicted) continue;  // a watcher stopped, or a spurious wake-up
+    try {
+      Evictions found = read_(after);
+      after = found.last;
+      for (const auto& key : found.keys) evicted_(key);
+    } catch (const std::exception& e) {
+      core::log(LogLevel::debug, std::string("sqlite:// could not read the force-releases: ") + e.what() +
+                                     "; their holders learn at their next renewal");
+    }
+  }
 }
 
 }  // namespace dlock::backends::sqlite
