@@ -21,6 +21,7 @@
 #include <map>
 #include <mutex>
 #include <optional>
+#include <set>
 #include <string>
 #include <thread>
 #include <variant>
@@ -42,6 +43,7 @@ using namespace std::chrono_literals;
 using backend::Acquired;
 using backend::Backend;
 using backend::Held;
+using backends::sqlite::EvictionWatch;
 using backends::sqlite::WakeBoard;
 using SteadyClock = std::chrono::steady_clock;
 namespace fs = std::filesystem;
@@ -1225,6 +1227,37 @@ TEST_F(WakeBoardTest, SparseBoardOfAnEarlierBuildIsAllocatedAndGrown) {
   EXPECT_EQ(::pread(fd, &kept, sizeof kept, slot), static_cast<ssize_t>(sizeof kept));
   ::close(fd);
   EXPECT_EQ(kept, count);
+}
+
+std::set<pid_t> threads_of_this_process() {
+  std::set<pid_t> ids;
+  for (const auto& entry : fs::directory_iterator("/proc/self/task")) ids.insert(std::stoi(entry.path().filename()));
+  return ids;
+}
+
+// The watcher thread takes no signal: dlock serve blocks SIGTERM in its threads to sigwait for
+// it, and a watcher that took it instead let the default action kill the server (exit 143).
+TEST_F(WakeBoardTest, EvictionWatchTakesNoSignals) {
+  const auto before = threads_of_this_process();
+  EvictionWatch watch(board(), [](std::int64_t after) { return EvictionWatch::Evictions{{}, after}; },
+                      [](std::string_view) {});
+  std::vector<pid_t> started;
+  for (const pid_t id : threads_of_this_process()) {
+    if (!before.contains(id)) started.push_back(id);
+  }
+  ASSERT_EQ(started.size(), 1u) << "one watcher thread";
+  // Asleep on the board: past the thread's start, whose mask is not yet its own.
+  const auto deadline = SteadyClock::now() + 5s;
+  while (!sleeping(started[0]) && SteadyClock::now() < deadline) std::this_thread::sleep_for(1ms);
+  std::ifstream status("/proc/self/task/" + std::to_string(started[0]) + "/status");
+  std::string blocked;
+  for (std::string line; std::getline(status, line);) {
+    if (line.starts_with("SigBlk:")) blocked = line.substr(7);
+  }
+  const unsigned long long mask = std::stoull(blocked, nullptr, 16);
+  for (const int signo : {SIGTERM, SIGINT, SIGHUP, SIGUSR1}) {
+    EXPECT_NE(mask & (1ULL << (signo - 1)), 0u) << "the watcher may take signal " << signo;
+  }
 }
 
 // The hash is part of the on-disk format: every dlock build on a host must agree on it.
