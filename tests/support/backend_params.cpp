@@ -57,6 +57,7 @@ BackendParam sqlite_param() {
     return "sqlite://" + (temp_dir / "locks.db").string();
   };
   p.spans_processes = true;
+  p.notifies_evictions = true;
   // procfs refuses to create directories, even for root.
   p.bad_location_url = "sqlite:///proc/dlock-nope/x.db";
   p.bad_location_names = "/proc/dlock-nope";

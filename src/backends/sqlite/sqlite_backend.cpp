@@ -17,9 +17,11 @@
 #include <fstream>
 #include <mutex>
 #include <string>
+#include <system_error>
 #include <vector>
 
 #include "backends/sqlite/wake_board.hpp"
+#include "core/log.hpp"
 #include "dlock/errors.hpp"
 
 namespace dlock::backends {
@@ -62,14 +64,16 @@ UPDATE dlock_meta SET v = 2 WHERE k = 'schema_version' AND v = 1;
 // and the values it stores agree on one instant (dlock_now_us() is not deterministic, and a
 // plain call would be evaluated once per use).
 enum Sql : std::size_t {
-  kAcquire, kRenew, kRelease, kInspect, kList, kForceRelease, kCollectIdle, kPing, kAddActivity, kActivity, kSqlCount
+  kAcquire, kRenew, kRelease, kReleaseEvicted, kInspect, kList, kForceRelease, kEvict, kRecordEviction, kEvictedSince,
+  kCollectIdle, kPing, kAddActivity, kActivity, kSqlCount
 };
 
 constexpr std::array<const char*, kSqlCount> kSql = {
     // acquire: one UPSERT. A new row takes the token after the floor; a free row (owner '' or
-    // expired) goes to the caller with its token plus one; the live owner re-enters; anyone
-    // else leaves it unchanged. The DO UPDATE always fires so RETURNING reports the holder
-    // too. SET expressions see the old row.
+    // expired) goes to the caller with its token plus one; the live owner re-enters unless it
+    // was evicted (hold_count 0), and its lease ends at the later of its end and now + ttl;
+    // anyone else leaves it unchanged. The DO UPDATE always fires so RETURNING reports the
+    // holder too. SET expressions see the old row.
     R"sql(WITH t(now) AS MATERIALIZED (SELECT dlock_now_us())
 INSERT INTO dlock_locks(name, owner, token, hold_count, expires_at, acquired_at)
 SELECT ?1, ?2, (SELECT v FROM dlock_seq WHERE id = 0) + 1, 1, t.now + ?3, t.now FROM t WHERE true
@@ -77,24 +81,30 @@ ON CONFLICT(name) DO UPDATE SET
   owner = CASE WHEN owner = '' OR expires_at <= excluded.acquired_at THEN excluded.owner ELSE owner END,
   token = CASE WHEN owner = '' OR expires_at <= excluded.acquired_at THEN token + 1 ELSE token END,
   hold_count = CASE WHEN owner = '' OR expires_at <= excluded.acquired_at THEN 1
-                    WHEN owner = excluded.owner THEN hold_count + 1 ELSE hold_count END,
-  expires_at = CASE WHEN owner = '' OR expires_at <= excluded.acquired_at OR owner = excluded.owner
-                    THEN excluded.expires_at ELSE expires_at END,
+                    WHEN owner = excluded.owner AND hold_count > 0 THEN hold_count + 1 ELSE hold_count END,
+  expires_at = CASE WHEN owner = '' OR expires_at <= excluded.acquired_at THEN excluded.expires_at
+                    WHEN owner = excluded.owner AND hold_count > 0 THEN max(expires_at, excluded.expires_at)
+                    ELSE expires_at END,
   acquired_at = CASE WHEN owner = '' OR expires_at <= excluded.acquired_at THEN excluded.acquired_at
                      ELSE acquired_at END
 RETURNING owner, token, hold_count, expires_at - (SELECT now FROM t), (SELECT now FROM t) - acquired_at)sql",
-    // renew: never resurrects an expired lease.
+    // renew: never resurrects an expired or evicted lease.
     R"sql(WITH t(now) AS MATERIALIZED (SELECT dlock_now_us())
 UPDATE dlock_locks SET expires_at = (SELECT now FROM t) + ?4
-WHERE name = ?1 AND owner = ?2 AND token = ?3 AND owner <> '' AND expires_at > (SELECT now FROM t)
+WHERE name = ?1 AND owner = ?2 AND token = ?3 AND hold_count > 0 AND expires_at > (SELECT now FROM t)
 RETURNING 1)sql",
     // release: drops one hold; the last one frees the row (kept, for its token history).
     R"sql(WITH t(now) AS MATERIALIZED (SELECT dlock_now_us())
 UPDATE dlock_locks SET hold_count = hold_count - 1,
   owner = CASE WHEN hold_count > 1 THEN owner ELSE '' END,
   expires_at = CASE WHEN hold_count > 1 THEN expires_at ELSE 0 END
-WHERE name = ?1 AND owner = ?2 AND token = ?3 AND owner <> '' AND expires_at > (SELECT now FROM t)
+WHERE name = ?1 AND owner = ?2 AND token = ?3 AND hold_count > 0 AND expires_at > (SELECT now FROM t)
 RETURNING hold_count)sql",
+    // release of an evicted holder: it acknowledges its loss, and the key is free.
+    R"sql(WITH t(now) AS MATERIALIZED (SELECT dlock_now_us())
+UPDATE dlock_locks SET owner = '', expires_at = 0
+WHERE name = ?1 AND owner = ?2 AND token = ?3 AND hold_count = 0 AND expires_at > (SELECT now FROM t)
+RETURNING 1)sql",
     R"sql(WITH t(now) AS MATERIALIZED (SELECT dlock_now_us())
 SELECT owner, token, hold_count, expires_at - t.now, t.now - acquired_at FROM dlock_locks, t
 WHERE name = ?1 AND owner <> '' AND expires_at > t.now)sql",
@@ -104,11 +114,19 @@ WHERE name = ?1 AND owner <> '' AND expires_at > t.now)sql",
 SELECT name, owner, token, hold_count, expires_at - t.now, t.now - acquired_at FROM dlock_locks, t
 WHERE name >= ?1 AND name < ?3 AND name <> ?2 AND owner <> '' AND expires_at > t.now
 ORDER BY name LIMIT ?4)sql",
-    // force_release deletes the row: DELETE ... RETURNING reports the evicted holder in one
-    // statement, and the trigger keeps its token as the floor for the key's next row.
+    // force_release, immediate: deletes the row. DELETE ... RETURNING reports the evicted
+    // holder in one statement, and the trigger keeps its token as the floor for the key's next
+    // row.
     R"sql(WITH t(now) AS MATERIALIZED (SELECT dlock_now_us())
 DELETE FROM dlock_locks WHERE name = ?1 AND owner <> '' AND expires_at > (SELECT now FROM t)
 RETURNING owner, token, hold_count, expires_at - (SELECT now FROM t), (SELECT now FROM t) - acquired_at)sql",
+    // force_release, delayed (after kInspect found the holder, in the same transaction): the
+    // holder stays with its token and expiry, and hold_count 0 marks it evicted.
+    "UPDATE dlock_locks SET hold_count = 0 WHERE name = ?1",
+    // Every force-release, for the watchers of other clients (the trigger keeps the last 256).
+    "INSERT INTO dlock_evictions(name, at) VALUES (?1, dlock_now_us())",
+    // The force-releases since a watcher's last look (?1) and since it started (?2).
+    "SELECT seq, name FROM dlock_evictions WHERE seq > ?1 AND at >= ?2 ORDER BY seq",
     R"sql(WITH t(now) AS MATERIALIZED (SELECT dlock_now_us())
 DELETE FROM dlock_locks WHERE owner = '' OR expires_at <= (SELECT now FROM t))sql",
     // ping: a read transaction and one B-tree lookup, the cheapest access to the file.
@@ -121,6 +139,15 @@ DELETE FROM dlock_locks WHERE owner = '' OR expires_at <= (SELECT now FROM t))sq
     "SELECT acquisitions, conflicts, waits, wait_us, renewals, losses FROM dlock_activity WHERE id = 0",
 };
 
+// The force-releases that eviction watchers read (see EvictionWatch): the last 256, each with
+// the time it was made (dlock_now_us()). Created with the schema and, for files that predate
+// it, on a client's first force-release (no new schema version: builds that know version 2
+// open the file as before).
+constexpr const char* kEvictionsSchema = R"sql(
+CREATE TABLE IF NOT EXISTS dlock_evictions(seq INTEGER PRIMARY KEY, name TEXT NOT NULL, at INTEGER NOT NULL);
+CREATE TRIGGER IF NOT EXISTS dlock_evictions_kept AFTER INSERT ON dlock_evictions
+BEGIN DELETE FROM dlock_evictions WHERE seq <= NEW.seq - 256; END)sql";
+
 // The activity totals' table. Created on first use rather than in kSchema, so that files of
 // schema version 2 need no migration and builds that know version 2 can still open them.
 constexpr const char* kActivitySchema = R"sql(
@@ -130,11 +157,13 @@ CREATE TABLE IF NOT EXISTS dlock_activity(id INTEGER PRIMARY KEY CHECK (id = 0),
 
 // The host-wide clock every process on this host shares; it does not jump with NTP and keeps
 // counting through suspend. It restarts at boot, hence the boot id in dlock_meta.
-void now_us(sqlite3_context* context, int, sqlite3_value**) {
+std::int64_t boot_time_us() noexcept {
   timespec ts{};
   ::clock_gettime(CLOCK_BOOTTIME, &ts);
-  sqlite3_result_int64(context, static_cast<sqlite3_int64>(ts.tv_sec) * 1'000'000 + ts.tv_nsec / 1000);
+  return static_cast<std::int64_t>(ts.tv_sec) * 1'000'000 + ts.tv_nsec / 1000;
 }
+
+void now_us(sqlite3_context* context, int, sqlite3_value**) { sqlite3_result_int64(context, boot_time_us()); }
 
 std::chrono::milliseconds ceil_ms(std::int64_t us) {
   return std::chrono::milliseconds(us <= 0 ? 0 : (us + 999) / 1000);
@@ -311,9 +340,14 @@ class Query {
   bool one_row(Read&& read) {
     if (!step()) return false;
     read();
+    run();
+    return true;
+  }
+
+  // Runs the statement to completion, ignoring any rows.
+  void run() {
     while (step()) {
     }
-    return true;
   }
 
   std::int64_t int64(int column) const { return sqlite3_column_int64(statement_, column); }
@@ -408,6 +442,11 @@ class SqliteBackend final : public backend::Backend {
     idle_.push_back(std::move(first));
   }
 
+  // The watcher reads through the pool: it stops first.
+  ~SqliteBackend() override { watch_.reset(); }
+  SqliteBackend(const SqliteBackend&) = delete;
+  SqliteBackend& operator=(const SqliteBackend&) = delete;
+
   std::string_view name() const noexcept override { return kName; }
 
   backend::AcquireResult acquire(const backend::AcquireRequest& request) override {
@@ -416,7 +455,7 @@ class SqliteBackend final : public backend::Backend {
     query.bind(1, request.key).bind(2, request.owner).bind(3, ttl_us(request.ttl));
     backend::AcquireResult result;
     const bool found = query.one_row([&] {
-      if (query.text(0) == request.owner) {
+      if (query.text(0) == request.owner && query.int64(2) > 0) {
         result = backend::Acquired{static_cast<std::uint64_t>(query.int64(1)), static_cast<std::uint32_t>(query.int64(2))};
       } else {
         result = backend::Held{row_info(query, std::string(request.key), 0)};
@@ -428,20 +467,24 @@ class SqliteBackend final : public backend::Backend {
 
   bool renew(const backend::LeaseRef& lease, std::chrono::milliseconds ttl) override {
     Borrowed connection(*this);
-    Query query(*connection, kRenew, lease.key);
-    query.bind(1, lease.key).bind(2, lease.owner).bind(3, static_cast<std::int64_t>(lease.token)).bind(4, ttl_us(ttl));
+    LeaseQuery query(*connection, kRenew, lease);
+    query.bind(4, ttl_us(ttl));
     return query.one_row([] {});
   }
 
   std::optional<std::uint32_t> release(const backend::LeaseRef& lease) override {
     std::optional<std::uint32_t> left;
+    bool acknowledged = false;
     {
       Borrowed connection(*this);
-      Query query(*connection, kRelease, lease.key);
-      query.bind(1, lease.key).bind(2, lease.owner).bind(3, static_cast<std::int64_t>(lease.token));
-      query.one_row([&] { left = static_cast<std::uint32_t>(query.int64(0)); });
+      {
+        LeaseQuery query(*connection, kRelease, lease);
+        query.one_row([&] { left = static_cast<std::uint32_t>(query.int64(0)); });
+      }
+      // No longer ours (rare): if it was evicted with a lock delay, this release opens the key.
+      if (!left) acknowledged = LeaseQuery(*connection, kReleaseEvicted, lease).one_row([] {});
     }
-    if (left == 0u) board_->ring(lease.key);  // committed: the key is free
+    if (left == 0u || acknowledged) board_->ring(lease.key);  // committed: the key is free
     return left;
   }
 
@@ -482,16 +525,42 @@ class SqliteBackend final : public backend::Backend {
     return page;
   }
 
-  std::optional<LockInfo> force_release(std::string_view key, Eviction /*eviction*/) override {
+  std::optional<LockInfo> force_release(std::string_view key, Eviction eviction) override {
     std::optional<LockInfo> released;
     {
       Borrowed connection(*this);
-      Query query(*connection, kForceRelease, key);
-      query.bind(1, key);
-      query.one_row([&] { released = row_info(query, std::string(key), 0); });
+      ensure_table(*connection, evictions_table_ready_, kEvictionsSchema);
+      connection->exec("BEGIN IMMEDIATE");
+      {
+        // The holder as it was (an already evicted one counts as held); immediate deletes it.
+        Query query(*connection, eviction == Eviction::immediate ? kForceRelease : kInspect, key);
+        query.bind(1, key);
+        query.one_row([&] { released = row_info(query, std::string(key), 0); });
+      }
+      if (released) {
+        if (eviction == Eviction::delayed) Query(*connection, kEvict, key).bind(1, key).run();
+        Query(*connection, kRecordEviction, key).bind(1, key).run();
+      }
+      connection->exec("COMMIT");
     }
-    if (released) board_->ring(key);
+    if (!released) return released;
+    if (eviction == Eviction::immediate) board_->ring(key);  // committed: the key is free
+    board_->announce_eviction();
     return released;
+  }
+
+  bool watch_evictions(std::function<void(std::string_view)> evicted) override {
+    // Evictions from now on: none before can concern a lease of this client's.
+    const std::int64_t since = boot_time_us();
+    try {
+      watch_ = std::make_unique<sqlite::EvictionWatch>(
+          board_, [this, since](std::int64_t after) { return evictions_after(after, since); }, std::move(evicted));
+    } catch (const std::system_error& e) {
+      core::log(LogLevel::warning, std::string("sqlite:// cannot watch for force-releases (") + e.what() +
+                                       "); evicted holders learn at their next renewal");
+      return false;
+    }
+    return true;
   }
 
   std::unique_ptr<backend::WakeChannel> wake_channel(std::string_view key, std::string_view) override {
@@ -507,27 +576,25 @@ class SqliteBackend final : public backend::Backend {
   std::size_t collect_idle() override {
     Borrowed connection(*this);
     Query query(*connection, kCollectIdle);
-    while (query.step()) {
-    }
+    query.run();
     return static_cast<std::size_t>(sqlite3_changes64(connection->db()));
   }
 
   void add_activity(const Activity& delta) override {
     Borrowed connection(*this);
-    ensure_activity_table(*connection);
+    ensure_table(*connection, activity_table_ready_, kActivitySchema);
     Query query(*connection, kAddActivity);
     int index = 1;
     for (const std::uint64_t value : {delta.acquisitions, delta.conflicts, delta.waits, delta.wait_us, delta.renewals,
                                       delta.losses}) {
       query.bind(index++, static_cast<std::int64_t>(value));
     }
-    while (query.step()) {
-    }
+    query.run();
   }
 
   std::optional<Activity> activity() override {
     Borrowed connection(*this);
-    ensure_activity_table(*connection);
+    ensure_table(*connection, activity_table_ready_, kActivitySchema);
     Query query(*connection, kActivity);
     Activity totals;
     query.one_row([&] {
@@ -569,17 +636,43 @@ class SqliteBackend final : public backend::Backend {
     std::unique_ptr<Connection> connection_;
   };
 
-  void ensure_activity_table(Connection& connection) {
-    if (activity_table_ready_.load()) return;
-    connection.exec(kActivitySchema);
-    activity_table_ready_.store(true);
+  // A statement that binds a lease as ?1 key, ?2 owner, ?3 token.
+  class LeaseQuery : public Query {
+   public:
+    LeaseQuery(Connection& connection, Sql which, const backend::LeaseRef& lease) : Query(connection, which, lease.key) {
+      bind(1, lease.key).bind(2, lease.owner).bind(3, static_cast<std::int64_t>(lease.token));
+    }
+  };
+
+  // Creates a table made on first use, once per backend.
+  static void ensure_table(Connection& connection, std::atomic<bool>& ready, const char* schema) {
+    if (ready.load()) return;
+    connection.exec(schema);
+    ready.store(true);
+  }
+
+  // The keys force-released after sequence number `after` and at or after `since` (µs of
+  // dlock_now_us()), for EvictionWatch.
+  sqlite::EvictionWatch::Evictions evictions_after(std::int64_t after, std::int64_t since) {
+    Borrowed connection(*this);
+    Query query(*connection, kEvictedSince);
+    query.bind(1, after).bind(2, since);
+    sqlite::EvictionWatch::Evictions found{{}, after};
+    while (query.step()) {
+      found.last = query.int64(0);
+      found.keys.push_back(query.text(1));
+    }
+    return found;
   }
 
   // owner, token, hold_count, the µs left and the µs since it was taken, from column `first` on.
+  // A live row without holds is a holder evicted with a lock delay.
   static LockInfo row_info(const Query& query, std::string key, int first) {
-    return LockInfo{std::move(key), query.text(first), static_cast<std::uint64_t>(query.int64(first + 1)),
-                    static_cast<std::uint32_t>(query.int64(first + 2)), ceil_ms(query.int64(first + 3)),
-                    std::chrono::milliseconds(std::max<std::int64_t>(query.int64(first + 4), 0) / 1000)};
+    LockInfo info{std::move(key), query.text(first), static_cast<std::uint64_t>(query.int64(first + 1)),
+                  static_cast<std::uint32_t>(query.int64(first + 2)), ceil_ms(query.int64(first + 3)),
+                  std::chrono::milliseconds(std::max<std::int64_t>(query.int64(first + 4), 0) / 1000)};
+    info.evicted = info.hold_count == 0;
+    return info;
   }
 
   struct Stamp {
@@ -648,10 +741,12 @@ class SqliteBackend final : public backend::Backend {
                                kName);
     }
     connection.exec(kSchema);
+    connection.exec(kEvictionsSchema);
     const std::string& stored = stamp.boot_id;
     if (stored != boot_id) {
-      // CLOCK_BOOTTIME restarted, and every holder died with the old boot.
+      // CLOCK_BOOTTIME restarted, and every holder died with the old boot, as did every watcher.
       connection.exec("UPDATE dlock_locks SET owner = '', hold_count = 0, expires_at = 0 WHERE owner <> ''");
+      connection.exec("DELETE FROM dlock_evictions");
       // A power loss may have dropped the last commits (synchronous=NORMAL), and with them
       // tokens already handed out: jump far past anything the old boot could have issued.
       if (!stored.empty()) {
@@ -671,6 +766,8 @@ class SqliteBackend final : public backend::Backend {
   std::mutex pool_mutex_;
   std::vector<std::unique_ptr<Connection>> idle_;
   std::atomic<bool> activity_table_ready_{false};
+  std::atomic<bool> evictions_table_ready_{false};
+  std::unique_ptr<sqlite::EvictionWatch> watch_;
 };
 
 }  // namespace

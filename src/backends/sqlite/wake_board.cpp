@@ -2,6 +2,7 @@
 
 #include <fcntl.h>
 #include <linux/futex.h>
+#include <signal.h>
 #include <sys/mman.h>
 #include <sys/stat.h>
 #include <sys/syscall.h>
@@ -9,10 +10,12 @@
 
 #include <atomic>
 #include <cerrno>
+#include <climits>
 #include <cstring>
 #include <ctime>
 #include <thread>
 
+#include "core/log.hpp"
 #include "core/stable_hash.hpp"
 #include "dlock/errors.hpp"
 
@@ -84,8 +87,11 @@ class BoardChannel final : public backend::WakeChannel {
 };
 
 [[noreturn]] void board_error(const std::string& path, const char* what, int err) {
+  const char* fix = err == ENOSPC || err == EDQUOT
+                        ? "free space on its file system, or choose another directory: sqlite:///path/to/locks.db"
+                        : "choose a writable directory: sqlite:///path/to/locks.db";
   throw ConfigurationError("cannot " + std::string(what) + " the wake-up file " + path + " next to the database: " +
-                               std::strerror(err) + " (choose a writable directory: sqlite:///path/to/locks.db)",
+                               std::strerror(err) + " (" + fix + ")",
                            "sqlite");
 }
 
@@ -106,12 +112,17 @@ std::shared_ptr<WakeBoard> WakeBoard::open(const std::string& path, unsigned cre
   struct stat st {};
   if (::fstat(fd, &st) != 0) board_error(path, "inspect", errno);
   if (!S_ISREG(st.st_mode)) board_error(path, "use", EINVAL);
-  if (st.st_size < static_cast<off_t>(kBytes)) {
-    // Like SQLite's -wal and -shm files: whoever may use the database may use the board,
-    // whatever this process's umask. Best effort: another user's fresh file stays as it is.
-    if (st.st_size == 0 && (st.st_mode & 07777) != create_mode) (void)::fchmod(fd, create_mode);
-    // Growing to the same size concurrently is harmless; the board never shrinks.
-    if (::ftruncate(fd, static_cast<off_t>(kBytes)) != 0) board_error(path, "size", errno);
+  // Like SQLite's -wal and -shm files: whoever may use the database may use the board,
+  // whatever this process's umask. Best effort: another user's fresh file stays as it is.
+  if (st.st_size == 0 && (st.st_mode & 07777) != create_mode) (void)::fchmod(fd, create_mode);
+  // Short, or sparse (as earlier builds made it with ftruncate): allocate every page now, so a
+  // full file system is an error here rather than SIGBUS at the first touch of a page.
+  // Allocating concurrently is harmless; the board never shrinks.
+  if (st.st_size < static_cast<off_t>(kBytes) || st.st_blocks * 512 < static_cast<blkcnt_t>(kBytes)) {
+    int err = 0;
+    while ((err = ::posix_fallocate(fd, 0, static_cast<off_t>(kBytes))) == EINTR) {
+    }
+    if (err != 0) board_error(path, "allocate", err);
   }
   void* mapped = ::mmap(nullptr, kBytes, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
   if (mapped == MAP_FAILED) board_error(path, "map", errno);
@@ -130,6 +141,70 @@ void WakeBoard::ring(std::string_view key) noexcept {
 std::unique_ptr<backend::WakeChannel> WakeBoard::channel(std::string_view key) {
   const Spot spot = locate(key);
   return std::make_unique<BoardChannel>(shared_from_this(), words_ + spot.slot, spot.bit);
+}
+
+std::uint32_t WakeBoard::eviction_word() const noexcept {
+  return std::atomic_ref<std::uint32_t>(*eviction()).load(std::memory_order_acquire);
+}
+
+void WakeBoard::announce_eviction() noexcept {
+  // Only the low half counts: a count that wraps carries into the high half, which is harmless.
+  std::atomic_ref<std::uint32_t>(*eviction()).fetch_add(1, std::memory_order_release);
+  futex(eviction(), FUTEX_WAKE_BITSET, INT_MAX, nullptr, FUTEX_BITSET_MATCH_ANY);
+}
+
+void WakeBoard::release_watchers() noexcept {
+  std::atomic_ref<std::uint32_t>(*eviction()).fetch_add(kEvictionMask + 1, std::memory_order_release);
+  futex(eviction(), FUTEX_WAKE_BITSET, INT_MAX, nullptr, FUTEX_BITSET_MATCH_ANY);
+}
+
+bool WakeBoard::wait_for_eviction(std::uint32_t seen) const noexcept {
+  if (futex(eviction(), FUTEX_WAIT_BITSET, seen, nullptr, FUTEX_BITSET_MATCH_ANY) == 0) return true;
+  return errno == EAGAIN || errno == EINTR;
+}
+
+EvictionWatch::EvictionWatch(std::shared_ptr<WakeBoard> board, Read read, std::function<void(std::string_view)> evicted)
+    : board_(std::move(board)), read_(std::move(read)), evicted_(std::move(evicted)) {
+  // The thread takes no signal, as the application may block one in its own threads to wait
+  // for it (dlock serve sigwaits for SIGTERM): signals go to the threads that expect them.
+  sigset_t all;
+  sigset_t previous;
+  ::sigfillset(&all);
+  ::pthread_sigmask(SIG_SETMASK, &all, &previous);
+  try {
+    // Read here, not in the thread: an eviction announced before the thread runs still wakes it.
+    thread_ = std::thread(&EvictionWatch::run, this, board_->eviction_word());
+  } catch (...) {
+    ::pthread_sigmask(SIG_SETMASK, &previous, nullptr);
+    throw;
+  }
+  ::pthread_sigmask(SIG_SETMASK, &previous, nullptr);
+}
+
+EvictionWatch::~EvictionWatch() {
+  stop_.store(true);
+  board_->release_watchers();  // changes the word, so the thread cannot sleep through it
+  thread_.join();
+}
+
+void EvictionWatch::run(std::uint32_t seen) {
+  std::int64_t after = 0;  // the last eviction read; the first read starts at the watch's start
+  for (;;) {
+    if (!board_->wait_for_eviction(seen)) return;  // no futex: holders learn at their renewal
+    const std::uint32_t word = board_->eviction_word();
+    if (stop_.load()) return;
+    const bool evicted = ((word ^ seen) & WakeBoard::kEvictionMask) != 0;
+    seen = word;
+    if (!evicted) continue;  // a watcher stopped, or a spurious wake-up
+    try {
+      Evictions found = read_(after);
+      after = found.last;
+      for (const auto& key : found.keys) evicted_(key);
+    } catch (const std::exception& e) {
+      core::log(LogLevel::debug, std::string("sqlite:// could not read the force-releases: ") + e.what() +
+                                     "; their holders learn at their next renewal");
+    }
+  }
 }
 
 }  // namespace dlock::backends::sqlite

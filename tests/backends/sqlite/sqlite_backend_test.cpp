@@ -6,18 +6,22 @@
 #include <poll.h>
 #include <signal.h>
 #include <sqlite3.h>
+#include <sys/mount.h>
 #include <sys/stat.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
 #include <atomic>
 #include <cerrno>
+#include <condition_variable>
 #include <cstdlib>
 #include <cstring>
 #include <filesystem>
 #include <fstream>
 #include <map>
+#include <mutex>
 #include <optional>
+#include <set>
 #include <string>
 #include <thread>
 #include <variant>
@@ -39,6 +43,7 @@ using namespace std::chrono_literals;
 using backend::Acquired;
 using backend::Backend;
 using backend::Held;
+using backends::sqlite::EvictionWatch;
 using backends::sqlite::WakeBoard;
 using SteadyClock = std::chrono::steady_clock;
 namespace fs = std::filesystem;
@@ -117,6 +122,30 @@ class Raw {
   sqlite3* db_ = nullptr;
 };
 
+// Collects the keys a backend's eviction watch reports (Backend::watch_evictions). Declare it
+// before the backend: the callback may run until the backend is gone.
+class Notices {
+ public:
+  std::function<void(std::string_view)> callback() {
+    return [this](std::string_view key) {
+      std::lock_guard lock(mutex_);
+      keys_.emplace_back(key);
+      changed_.notify_all();
+    };
+  }
+  // The keys reported, once there are `n` of them (or after 10 s).
+  std::vector<std::string> await(std::size_t n) {
+    std::unique_lock lock(mutex_);
+    changed_.wait_for(lock, 10s, [&] { return keys_.size() >= n; });
+    return keys_;
+  }
+
+ private:
+  std::mutex mutex_;
+  std::condition_variable changed_;
+  std::vector<std::string> keys_;
+};
+
 class TempDir : public ::testing::Test {
  protected:
   void SetUp() override {
@@ -145,7 +174,7 @@ TEST_F(SqliteBackend, CreatesSchemaOnFirstUse) {
   Raw raw(db_);
   EXPECT_EQ(raw.scalar("SELECT group_concat(name, ' ') FROM (SELECT name FROM sqlite_schema "
                        "WHERE name NOT LIKE 'sqlite_%' ORDER BY name)"),
-            "dlock_locks dlock_meta dlock_seq dlock_seq_after_delete");
+            "dlock_evictions dlock_evictions_kept dlock_locks dlock_meta dlock_seq dlock_seq_after_delete");
   EXPECT_EQ(raw.scalar("SELECT v FROM dlock_meta WHERE k = 'schema_version'"), "2");
   EXPECT_EQ(raw.scalar("SELECT v FROM dlock_meta WHERE k = 'boot_id'"), boot_id());
   EXPECT_EQ(raw.scalar("SELECT v FROM dlock_seq WHERE id = 0"), "0");
@@ -258,41 +287,78 @@ TEST_F(SqliteBackend, TokensStrictlyIncreaseAcrossReleaseExpiryForceReleaseColle
   for (std::size_t i = 1; i < tokens.size(); ++i) EXPECT_GT(tokens[i], tokens[i - 1]) << "acquisition " << i;
 }
 
-// The schema dlock 0.1 created: dlock_seq raised by triggers on every insert and update.
-constexpr const char* kVersion1Schema = R"sql(
+// The tables of every schema version, with a live lease of token 40 and a token floor of 41.
+constexpr const char* kEarlierTables = R"sql(
 CREATE TABLE dlock_meta(k TEXT PRIMARY KEY, v) WITHOUT ROWID;
 CREATE TABLE dlock_locks(name TEXT PRIMARY KEY, owner TEXT NOT NULL, token INTEGER NOT NULL,
   hold_count INTEGER NOT NULL, expires_at INTEGER NOT NULL, acquired_at INTEGER NOT NULL) WITHOUT ROWID;
 CREATE TABLE dlock_seq(id INTEGER PRIMARY KEY CHECK (id = 0), v INTEGER NOT NULL);
+INSERT INTO dlock_seq VALUES (0, 41);
+INSERT INTO dlock_locks VALUES ('held', 'old-owner', 40, 1, 9223372036854775807, 0);
+)sql";
+
+// The rest of what dlock 0.1 created: dlock_seq raised by triggers on every insert and update.
+constexpr const char* kVersion1Rest = R"sql(
 CREATE TRIGGER dlock_seq_after_insert AFTER INSERT ON dlock_locks
 BEGIN UPDATE dlock_seq SET v = max(v, NEW.token) WHERE id = 0; END;
 CREATE TRIGGER dlock_seq_after_update AFTER UPDATE OF token ON dlock_locks
 WHEN NEW.token > OLD.token BEGIN UPDATE dlock_seq SET v = max(v, NEW.token) WHERE id = 0; END;
 INSERT INTO dlock_meta VALUES ('schema_version', 1);
-INSERT INTO dlock_seq VALUES (0, 41);
-INSERT INTO dlock_locks VALUES ('held', 'old-owner', 40, 1, 9223372036854775807, 0);
 INSERT INTO dlock_locks VALUES ('free', '', 41, 0, 0, 0);
 )sql";
 
+// The rest of what the builds before lock delays created (version 2, without dlock_evictions).
+constexpr const char* kVersion2Rest = R"sql(
+CREATE TRIGGER dlock_seq_after_delete AFTER DELETE ON dlock_locks
+BEGIN UPDATE dlock_seq SET v = max(v, OLD.token) WHERE id = 0; END;
+INSERT INTO dlock_meta VALUES ('schema_version', 2);
+)sql";
+
+// Writes a lock file as an earlier build left it in this boot.
+void write_earlier_file(const std::string& path, const std::string& rest) {
+  Raw raw(path);
+  ASSERT_EQ(raw.exec("PRAGMA journal_mode = WAL"), SQLITE_OK);
+  ASSERT_EQ(raw.exec(kEarlierTables + rest), SQLITE_OK);
+  ASSERT_EQ(raw.exec("INSERT INTO dlock_meta VALUES ('boot_id', '" + boot_id() + "')"), SQLITE_OK);
+}
+
 TEST_F(SqliteBackend, VersionOneFileIsUpgradedKeepingLeasesAndTokens) {
-  {
-    Raw raw(db_);
-    ASSERT_EQ(raw.exec("PRAGMA journal_mode = WAL"), SQLITE_OK);
-    ASSERT_EQ(raw.exec(kVersion1Schema), SQLITE_OK);
-    ASSERT_EQ(raw.exec("INSERT INTO dlock_meta VALUES ('boot_id', '" + boot_id() + "')"), SQLITE_OK);
-  }
+  write_earlier_file(db_, kVersion1Rest);
   auto backend = open_db(db_);
   Raw raw(db_);
   EXPECT_EQ(raw.scalar("SELECT v FROM dlock_meta WHERE k = 'schema_version'"), "2");
   EXPECT_EQ(raw.scalar("SELECT group_concat(name, ' ') FROM (SELECT name FROM sqlite_schema "
                        "WHERE type = 'trigger' ORDER BY name)"),
-            "dlock_seq_after_delete");
+            "dlock_evictions_kept dlock_seq_after_delete");
   const auto held = backend->inspect("held");  // the upgrade took no lease away
   ASSERT_TRUE(held);
   EXPECT_EQ(held->owner, "old-owner");
   EXPECT_EQ(held->token, 40u);
   EXPECT_GT(must_acquire(*backend, "free", "a").token, 41u);
   EXPECT_GT(must_acquire(*backend, "new-key", "a").token, 41u);
+}
+
+// A file of the previous build gains the evictions table on its first force-release, even
+// under a client that opened it before the table existed, and stays at version 2.
+TEST_F(SqliteBackend, VersionTwoFileTakesLockDelaysAndEvictionNotices) {
+  write_earlier_file(db_, kVersion2Rest);
+  Notices notices;
+  auto watched = open_db(db_);
+  ASSERT_TRUE(watched->watch_evictions(notices.callback()));
+  EXPECT_TRUE(watched->inspect("held"));
+  auto admin = open_db(db_);
+  const auto released = admin->force_release("held", Eviction::delayed);
+  ASSERT_TRUE(released);
+  EXPECT_EQ(released->owner, "old-owner");
+  EXPECT_EQ(released->token, 40u);
+  EXPECT_EQ(notices.await(1), std::vector<std::string>{"held"});
+  const auto evicted = watched->inspect("held");
+  ASSERT_TRUE(evicted);
+  EXPECT_TRUE(evicted->evicted);
+  EXPECT_EQ(watched->release({"held", "old-owner", 40}), std::nullopt);
+  EXPECT_GT(must_acquire(*watched, "held", "a").token, 40u);
+  Raw raw(db_);
+  EXPECT_EQ(raw.scalar("SELECT v FROM dlock_meta WHERE k = 'schema_version'"), "2");
 }
 
 TEST_F(SqliteBackend, FileOfALaterSchemaVersionIsRefusedUntouched) {
@@ -560,6 +626,110 @@ TEST_F(SqliteBackend, ReleaseAndForceReleaseWakeAWaiter) {
   }
 }
 
+TEST_F(SqliteBackend, DelayedForceReleaseKeepsTheKeyClosedUntilTheHolderReleases) {
+  auto backend = open_db(db_);
+  const Acquired lease = must_acquire(*backend, "k", "a");
+  must_acquire(*backend, "k", "a");
+  const auto released = backend->force_release("k", Eviction::delayed);
+  ASSERT_TRUE(released);  // the holder as it was
+  EXPECT_EQ(released->owner, "a");
+  EXPECT_EQ(released->token, lease.token);
+  EXPECT_EQ(released->hold_count, 2u);
+  EXPECT_FALSE(released->evicted);
+
+  const auto expect_evicted = [&](const LockInfo& info) {
+    EXPECT_EQ(info.key, "k");
+    EXPECT_EQ(info.owner, "a");
+    EXPECT_EQ(info.token, lease.token);
+    EXPECT_EQ(info.hold_count, 0u);
+    EXPECT_TRUE(info.evicted);
+    EXPECT_GT(info.ttl_left, 9s);
+  };
+  const auto inspected = backend->inspect("k");
+  ASSERT_TRUE(inspected);
+  expect_evicted(*inspected);
+  const ListPage page = backend->list("", "", 10);
+  ASSERT_EQ(page.locks.size(), 1u);
+  expect_evicted(page.locks[0]);
+  // Closed to everyone, its owner too (no re-entry, and the lease is not extended).
+  for (const char* owner : {"b", "a"}) {
+    auto result = acquire(*backend, "k", owner, 1h);
+    ASSERT_TRUE(std::holds_alternative<Held>(result)) << owner << " took an evicted holder's key";
+    expect_evicted(std::get<Held>(result).holder);
+    EXPECT_LE(std::get<Held>(result).holder.ttl_left, 10s);
+  }
+  EXPECT_FALSE(backend->renew({"k", "a", lease.token}, 1h));
+  const auto again = backend->force_release("k", Eviction::delayed);  // still held
+  ASSERT_TRUE(again);
+  expect_evicted(*again);
+  EXPECT_EQ(backend->collect_idle(), 0u);
+
+  // Only the evicted acquisition's release opens the key, and it wakes a waiter.
+  EXPECT_EQ(backend->release({"k", "a", lease.token + 1}), std::nullopt);
+  EXPECT_EQ(backend->release({"k", "b", lease.token}), std::nullopt);
+  EXPECT_TRUE(backend->inspect("k"));
+  {
+    Waiter waiter(*backend, "k");  // armed: the release cannot be missed
+    EXPECT_EQ(backend->release({"k", "a", lease.token}), std::nullopt);
+    EXPECT_TRUE(waiter.join_woken());
+  }
+  EXPECT_EQ(backend->inspect("k"), std::nullopt);
+  EXPECT_EQ(backend->release({"k", "a", lease.token}), std::nullopt);
+  EXPECT_GT(must_acquire(*backend, "k", "b").token, lease.token);
+}
+
+TEST_F(SqliteBackend, DelayedForceReleaseEndsWhenTheLeaseRunsOutOrAtOnceWhenImmediate) {
+  auto backend = open_db(db_);
+  const Acquired lease = must_acquire(*backend, "k", "a", 100ms);
+  ASSERT_TRUE(backend->force_release("k", Eviction::delayed));
+  std::this_thread::sleep_for(150ms);
+  EXPECT_EQ(backend->inspect("k"), std::nullopt);
+  EXPECT_EQ(backend->force_release("k", Eviction::delayed), std::nullopt);
+  const Acquired next = must_acquire(*backend, "k", "b");
+  EXPECT_GT(next.token, lease.token);
+  EXPECT_EQ(next.hold_count, 1u);
+
+  // An evicted holder force-released again, at once: the key is free for anyone.
+  ASSERT_TRUE(backend->force_release("k", Eviction::delayed));
+  const auto freed = backend->force_release("k", Eviction::immediate);
+  ASSERT_TRUE(freed);
+  EXPECT_TRUE(freed->evicted);
+  EXPECT_EQ(freed->token, next.token);
+  EXPECT_EQ(backend->release({"k", "b", next.token}), std::nullopt);
+  EXPECT_GT(must_acquire(*backend, "k", "b").token, next.token);
+}
+
+TEST_F(SqliteBackend, ReentryNeverShortensTheLease) {
+  auto backend = open_db(db_);
+  const Acquired lease = must_acquire(*backend, "k", "a", 10s);
+  EXPECT_EQ(must_acquire(*backend, "k", "a", 1s).hold_count, 2u);
+  EXPECT_GT(backend->inspect("k")->ttl_left, 9s);
+  EXPECT_EQ(must_acquire(*backend, "k", "a", 30s).token, lease.token);
+  EXPECT_GT(backend->inspect("k")->ttl_left, 29s);
+}
+
+// Every force-release of a held key on the file, by any client, reaches every watch that was
+// started before it, once.
+TEST_F(SqliteBackend, ForceReleasesReachTheWatchersOfTheFile) {
+  Notices notices;
+  auto watched = open_db(db_);
+  ASSERT_TRUE(watched->watch_evictions(notices.callback()));
+  auto admin = open_db(db_);
+  must_acquire(*watched, "a", "o");
+  must_acquire(*watched, "b", "o");
+  EXPECT_EQ(admin->force_release("free", Eviction::delayed), std::nullopt);  // nothing held, no notice
+  ASSERT_TRUE(admin->force_release("a", Eviction::delayed));
+  ASSERT_TRUE(watched->force_release("b", Eviction::immediate));  // its own force-releases too
+  EXPECT_EQ(notices.await(2), (std::vector<std::string>{"a", "b"}));
+
+  Notices later;
+  auto late = open_db(db_);
+  ASSERT_TRUE(late->watch_evictions(later.callback()));
+  ASSERT_TRUE(admin->force_release("a", Eviction::immediate));  // still held: evicted
+  EXPECT_EQ(later.await(1), std::vector<std::string>{"a"});   // not the evictions before its start
+  EXPECT_EQ(notices.await(3), (std::vector<std::string>{"a", "b", "a"}));
+}
+
 // Two backends on one file (two pools), two threads each: a read-yield-write of a counter
 // inside the lock loses no update, and each acquisition's token is above the previous one.
 TEST_F(SqliteBackend, ThreadsOnSeveralBackendsExcludeEachOther) {
@@ -692,14 +862,31 @@ std::string env(const char* name) {
 
 // The child side. "hold": take `shared`, print the token, release on 'r' and print the holds
 // left. "count": 30 times, wait for `counter` and add one to the number in DB.counter.
+// "cycle": open, take `shared` and release it, and print how that went (or the error).
+// "force": force-release `shared` with a lock delay and print "evicted" (or "free").
 TEST(SqliteChild, DISABLED_Run) {
   const std::string mode = env("DLOCK_SQLITE_CHILD");
   if (mode.empty()) GTEST_SKIP() << "run by the multi-process tests only";
-  auto backend = open_db(env("DLOCK_SQLITE_CHILD_DB"));
   const auto say = [](const std::string& line) {
     const std::string text = line + "\n";
     ASSERT_EQ(::write(kChildOut, text.data(), text.size()), static_cast<ssize_t>(text.size()));
   };
+  if (mode == "cycle") {
+    try {
+      auto backend = open_db(env("DLOCK_SQLITE_CHILD_DB"));
+      const Acquired lease = must_acquire(*backend, "shared", "child");
+      const auto left = backend->release({"shared", "child", lease.token});
+      say(left ? "released " + std::to_string(*left) : "lost");
+    } catch (const Error& e) {
+      say(std::string("error: ") + e.what());
+    }
+    return;
+  }
+  auto backend = open_db(env("DLOCK_SQLITE_CHILD_DB"));
+  if (mode == "force") {
+    say(backend->force_release("shared", Eviction::delayed) ? "evicted" : "free");
+    return;
+  }
   if (mode == "hold") {
     const auto ttl = std::chrono::milliseconds(std::stoll(env("DLOCK_SQLITE_CHILD_TTL_MS")));
     const Acquired lease = must_acquire(*backend, "shared", "child", ttl);
@@ -753,6 +940,19 @@ TEST_F(SqliteProcesses, OtherProcessSeesTheHolderAndItsReleaseWakesUs) {
   EXPECT_TRUE(child.exited_cleanly());
 }
 
+TEST_F(SqliteProcesses, AForceReleaseInAnotherProcessReachesTheWatcher) {
+  Notices notices;
+  auto backend = open_db(db_);
+  ASSERT_TRUE(backend->watch_evictions(notices.callback()));
+  const Acquired lease = must_acquire(*backend, "shared", "parent");
+  ChildProcess child({{"DLOCK_SQLITE_CHILD", "force"}, {"DLOCK_SQLITE_CHILD_DB", db_}});
+  EXPECT_EQ(child.read_line(), "evicted");
+  EXPECT_TRUE(child.exited_cleanly());
+  EXPECT_EQ(notices.await(1), std::vector<std::string>{"shared"});
+  EXPECT_EQ(backend->release({"shared", "parent", lease.token}), std::nullopt);
+  EXPECT_EQ(backend->inspect("shared"), std::nullopt);
+}
+
 TEST_F(SqliteProcesses, KilledHolderLosesTheLockWhenItsLeaseRunsOut) {
   ChildProcess child({{"DLOCK_SQLITE_CHILD", "hold"}, {"DLOCK_SQLITE_CHILD_DB", db_}, {"DLOCK_SQLITE_CHILD_TTL_MS", "500"}});
   const auto line = child.read_line();
@@ -780,6 +980,85 @@ TEST_F(SqliteProcesses, ProcessesExcludeEachOtherOnAFreshFile) {
   long long value = 0;
   std::ifstream(db + ".counter") >> value;
   EXPECT_EQ(value, 90);
+}
+
+// ---- A full file system ----
+
+// A 400 KiB tmpfs of the test's own (root may mount one; skipped where that is refused).
+class SqliteFullFilesystem : public TempDir {
+ protected:
+  void SetUp() override {
+    TempDir::SetUp();
+    mount_ = dir_ + "/small";
+    ASSERT_EQ(::mkdir(mount_.c_str(), 0700), 0) << std::strerror(errno);
+    if (::mount("tmpfs", mount_.c_str(), "tmpfs", 0, "size=400k") != 0) {
+      GTEST_SKIP() << "cannot mount a 400 KiB tmpfs on " << mount_ << " (" << std::strerror(errno)
+                   << "): run as root to test a full file system";
+    }
+    mounted_ = true;
+  }
+  void TearDown() override {
+    if (mounted_) {
+      EXPECT_EQ(::umount2(mount_.c_str(), MNT_DETACH), 0) << std::strerror(errno);
+    }
+    TempDir::TearDown();
+  }
+
+  // Writes FILE until the file system has no page left.
+  static void fill(const std::string& file) {
+    const int fd = ::open(file.c_str(), O_WRONLY | O_CREAT | O_CLOEXEC, 0600);
+    ASSERT_GE(fd, 0) << std::strerror(errno);
+    const std::vector<char> page(4096, 'x');
+    while (::write(fd, page.data(), page.size()) > 0) {
+    }
+    const int err = errno;
+    ::close(fd);
+    ASSERT_EQ(err, ENOSPC) << std::strerror(err);
+  }
+
+  std::string mount_;
+  bool mounted_ = false;
+};
+
+// Defect "SIGBUS on a full filesystem": the wake file was created sparse (ftruncate), and the
+// first touch of a page the full file system could not back killed the process with SIGBUS,
+// after the release had committed, losing the command's status and the wake-up.
+TEST_F(SqliteFullFilesystem, WakeFileOnAFullFilesystemIsNoSigbus) {
+  const std::string db = mount_ + "/locks.db";
+  {
+    auto backend = open_db(db);  // the database, its WAL and shared memory, while there is room
+    const Acquired lease = must_acquire(*backend, "shared", "parent");
+    ASSERT_EQ(backend->release({"shared", "parent", lease.token}), 0u);
+  }
+  // Every frame checkpointed, and a connection kept open so that no one rebuilds the WAL index:
+  // the next commit rewrites the WAL from its start, and the database works on the full file
+  // system.
+  Raw raw(db);
+  ASSERT_EQ(raw.exec("PRAGMA wal_checkpoint(RESTART)"), SQLITE_OK);
+  ASSERT_TRUE(fs::remove(db + "-wake"));
+  fill(mount_ + "/filler");
+
+  const auto cycle = [&] {
+    ChildProcess child({{"DLOCK_SQLITE_CHILD", "cycle"}, {"DLOCK_SQLITE_CHILD_DB", db}});
+    const auto line = child.read_line();
+    const int status = child.wait();
+    EXPECT_FALSE(WIFSIGNALED(status)) << "the child died of " << ::strsignal(WTERMSIG(status));
+    EXPECT_TRUE(WIFEXITED(status) && WEXITSTATUS(status) == 0)
+        << "the child did not finish cleanly (wait status " << status << "; under ASan a SIGBUS exits 1)";
+    return line.value_or("(nothing)");
+  };
+  const std::string refused = cycle();
+  EXPECT_TRUE(refused.starts_with("error: ")) << refused;
+  EXPECT_NE(refused.find(db + "-wake"), std::string::npos) << refused;
+  EXPECT_NE(refused.find("No space left on device"), std::string::npos) << refused;
+
+  // With room again, the wake file is allocated for real, not sparse.
+  ASSERT_TRUE(fs::remove(mount_ + "/filler"));
+  EXPECT_EQ(cycle(), "released 0");
+  struct stat st {};
+  ASSERT_EQ(::stat((db + "-wake").c_str(), &st), 0) << std::strerror(errno);
+  EXPECT_EQ(st.st_size, static_cast<off_t>(WakeBoard::kBytes));
+  EXPECT_GE(st.st_blocks * 512, st.st_size) << "the wake file is sparse";
 }
 
 // ---- The wake board ----
@@ -922,6 +1201,63 @@ TEST_F(WakeBoardTest, FileIsSizedAndSharedByEveryOpen) {
   Sleepers sleepers(*first, "k", 1);
   second->ring("k");  // another mapping of the file, as another process would have
   EXPECT_EQ(sleepers.settle(1), 1);
+}
+
+// Earlier builds left the board sparse (ftruncate), without the eviction page: it is grown and
+// allocated, and the counts in it are kept.
+TEST_F(WakeBoardTest, SparseBoardOfAnEarlierBuildIsAllocatedAndGrown) {
+  const std::string path = dir_ + "/board";
+  const off_t slot = static_cast<off_t>(WakeBoard::locate("k").slot * sizeof(std::uint32_t));
+  const std::uint32_t count = 7;
+  {
+    const int fd = ::open(path.c_str(), O_RDWR | O_CREAT | O_CLOEXEC, 0600);
+    ASSERT_GE(fd, 0) << std::strerror(errno);
+    EXPECT_EQ(::ftruncate(fd, static_cast<off_t>(WakeBoard::kSlotBytes)), 0);
+    EXPECT_EQ(::pwrite(fd, &count, sizeof count, slot), static_cast<ssize_t>(sizeof count));
+    ::close(fd);
+  }
+  auto b = board();
+  struct stat st {};
+  ASSERT_EQ(::stat(path.c_str(), &st), 0) << std::strerror(errno);
+  EXPECT_EQ(st.st_size, static_cast<off_t>(WakeBoard::kBytes));
+  EXPECT_GE(st.st_blocks * 512, st.st_size) << "the board is still sparse";
+  const int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
+  ASSERT_GE(fd, 0) << std::strerror(errno);
+  std::uint32_t kept = 0;
+  EXPECT_EQ(::pread(fd, &kept, sizeof kept, slot), static_cast<ssize_t>(sizeof kept));
+  ::close(fd);
+  EXPECT_EQ(kept, count);
+}
+
+std::set<pid_t> threads_of_this_process() {
+  std::set<pid_t> ids;
+  for (const auto& entry : fs::directory_iterator("/proc/self/task")) ids.insert(std::stoi(entry.path().filename()));
+  return ids;
+}
+
+// The watcher thread takes no signal: dlock serve blocks SIGTERM in its threads to sigwait for
+// it, and a watcher that took it instead let the default action kill the server (exit 143).
+TEST_F(WakeBoardTest, EvictionWatchTakesNoSignals) {
+  const auto before = threads_of_this_process();
+  EvictionWatch watch(board(), [](std::int64_t after) { return EvictionWatch::Evictions{{}, after}; },
+                      [](std::string_view) {});
+  std::vector<pid_t> started;
+  for (const pid_t id : threads_of_this_process()) {
+    if (!before.contains(id)) started.push_back(id);
+  }
+  ASSERT_EQ(started.size(), 1u) << "one watcher thread";
+  // Asleep on the board: past the thread's start, whose mask is not yet its own.
+  const auto deadline = SteadyClock::now() + 5s;
+  while (!sleeping(started[0]) && SteadyClock::now() < deadline) std::this_thread::sleep_for(1ms);
+  std::ifstream status("/proc/self/task/" + std::to_string(started[0]) + "/status");
+  std::string blocked;
+  for (std::string line; std::getline(status, line);) {
+    if (line.starts_with("SigBlk:")) blocked = line.substr(7);
+  }
+  const unsigned long long mask = std::stoull(blocked, nullptr, 16);
+  for (const int signo : {SIGTERM, SIGINT, SIGHUP, SIGUSR1}) {
+    EXPECT_NE(mask & (1ULL << (signo - 1)), 0u) << "the watcher may take signal " << signo;
+  }
 }
 
 // The hash is part of the on-disk format: every dlock build on a host must agree on it.
