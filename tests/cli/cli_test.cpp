@@ -38,17 +38,7 @@ const char* const kDlock = dlock::test::dlock_binary();
 using dlock::test::describe;
 using dlock::test::Process;
 using dlock::test::Result;
-
-// True once `pid` has exited. Zombies count as dead: the container's init may never reap the
-// orphans of a killed dlock.
-bool is_dead(pid_t pid) {
-  std::ifstream stat("/proc/" + std::to_string(pid) + "/stat");
-  std::string line;
-  if (!std::getline(stat, line)) return true;
-  const auto paren = line.rfind(')');
-  return paren == std::string::npos || paren + 2 >= line.size() || line[paren + 2] == 'Z' ||
-         line[paren + 2] == 'X';
-}
+using dlock::test::is_dead;
 
 bool dies_within(pid_t pid, milliseconds timeout) {
   const auto deadline = Clock::now() + timeout;

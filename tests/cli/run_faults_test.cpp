@@ -38,6 +38,7 @@ namespace {
 using namespace std::chrono_literals;
 using dlock::test::Process;
 using dlock::test::Result;
+using dlock::test::is_dead;
 
 const char* const kDlock = dlock::test::dlock_binary();
 
@@ -47,17 +48,6 @@ const char* const kDlock = dlock::test::dlock_binary();
 // command running for kStopsIn beside the next holder, and the case fails.
 const std::string kTtl = "12s";
 const std::string kStopsIn = "1.5";
-
-// True once `pid` has exited. Zombies count as dead: the container's init may never reap the
-// orphans of a killed dlock.
-bool is_dead(pid_t pid) {
-  std::ifstream stat("/proc/" + std::to_string(pid) + "/stat");
-  std::string line;
-  if (!std::getline(stat, line)) return true;
-  const auto paren = line.rfind(')');
-  return paren == std::string::npos || paren + 2 >= line.size() || line[paren + 2] == 'Z' ||
-         line[paren + 2] == 'X';
-}
 
 // Why a case needs a server skips.
 std::string unset(const char* variable) {

@@ -9,6 +9,7 @@
 #include <unistd.h>
 
 #include <cstdlib>
+#include <fstream>
 #include <stdexcept>
 #include <system_error>
 #include <thread>
@@ -144,6 +145,15 @@ void Process::drain(int timeout_ms) {
     }
     timeout_ms = 0;
   }
+}
+
+bool is_dead(pid_t pid) {
+  std::ifstream stat("/proc/" + std::to_string(pid) + "/stat");
+  std::string line;
+  if (!std::getline(stat, line)) return true;
+  const auto paren = line.rfind(')');
+  return paren == std::string::npos || paren + 2 >= line.size() || line[paren + 2] == 'Z' ||
+         line[paren + 2] == 'X';
 }
 
 }  // namespace dlock::test

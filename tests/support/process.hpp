@@ -26,6 +26,10 @@ const char* dlock_binary();
 // "a b c", for messages.
 std::string describe(const std::vector<std::string>& argv);
 
+// True once `pid` has exited. Zombies count as dead: the container's init may never reap the
+// orphans of a killed dlock.
+bool is_dead(pid_t pid);
+
 class Process {
  public:
   // Starts argv[0] (a path) with exactly `env`, stdin from /dev/null, and the signals a test
