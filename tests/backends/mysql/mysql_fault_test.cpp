@@ -412,7 +412,7 @@ TEST_F(MysqlFault, SessionModeServerRestartLosesTheLock) {
 // user. Both recover: the holder keeps the lease, renews, and releases cleanly even right
 // after a further KILL; the waiter goes on waiting and gets the key after that release.
 void MysqlFault::killed_connection(const std::string& url) {
-  const std::string user = UrlParts::parse(url_).user;
+  const std::string user = UrlParts::parse(url).user;
   const auto ttl = 6s;
   Client holder_client = Client::open(url);
   Client waiter_client = Client::open(url);
@@ -532,6 +532,13 @@ TEST_F(MysqlFault, KilledConnection) {
 TEST_F(MysqlFault, RowModeKilledConnection) {
   NEED("DLOCK_MYSQL_ADMIN_URL");
   killed_connection(row_url({"k"}));
+}
+
+// Defect: a TLS session the server ended fails with CR_SSL_CONNECTION_ERROR rather than
+// "server lost", which was not taken for a broken connection: the waiter gave up.
+TEST_F(MysqlFault, KilledTlsConnectionIsABrokenConnection) {
+  NEED("DLOCK_MYSQL_ADMIN_URL", "DLOCK_MYSQL_TLS_URL");
+  killed_connection(table_url(env("DLOCK_MYSQL_TLS_URL")));
 }
 
 // Session mode: KILL CONNECTION of the holder's session frees the key at once. A waiter on
