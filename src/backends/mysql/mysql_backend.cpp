@@ -72,6 +72,11 @@ std::shared_ptr<backend::Backend> make_mysql_backend(const core::Url& url) {
                                kName);
     }
   }
+  const std::string id_collation = options.take_string("id_collation").value_or("exact");
+  if (id_collation != "exact" && id_collation != "any") {
+    throw ConfigurationError("mysql:// id_collation must be exact or any; got '" + id_collation + "'", kName);
+  }
+  settings.accept_folding_ids = id_collation == "any";
   auto& c = settings.connect;
   c.connect_timeout = options.take_duration("connect_timeout").value_or(c.connect_timeout);
   c.read_timeout = options.take_duration("read_timeout").value_or(c.read_timeout);
