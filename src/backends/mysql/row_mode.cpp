@@ -51,10 +51,12 @@ struct RowSql {
   RowSql(const std::string& table, const RowColumns& c, std::int64_t round_up_us) {
     const auto q = [](const std::string& name) { return "`" + name + "`"; };
     const std::string t = q(table), id = q(c.id), o = q(c.owner), e = q(c.expires), v = q(c.version), h = q(c.holds);
+    // Owners compare as bytes: under the owner column's collation 'Worker' may equal 'worker'.
+    const std::string owner_is = "CAST(" + o + " AS BINARY) = ?";
     const std::string now = "UTC_TIMESTAMP(6)";
     const std::string free = "(COALESCE(" + o + ", '') = '' OR COALESCE(" + h + ", 0) = 0 OR " + e + " IS NULL OR " +
                              e + " <= " + now + ")";
-    const std::string mine = "(" + o + " = ? AND " + h + " > 0 AND " + e + " > " + now + ")";
+    const std::string mine = "(" + owner_is + " AND " + h + " > 0 AND " + e + " > " + now + ")";
     live = "COALESCE(" + o + ", '') <> '' AND " + h + " > 0 AND " + e + " > " + now;
     const std::string left = "TIMESTAMPDIFF(MICROSECOND, " + now + ", " + e + ") - " + std::to_string(round_up_us);
     // Columns are assigned left to right and later ones see the new values: the version and
@@ -69,8 +71,8 @@ struct RowSql {
     // The user's table records no acquisition time: NULL where the others give it.
     conflict = "SELECT " + o + ", " + v + ", " + h + ", " + left +
                ", NULL, IF(IS_USED_LOCK(?) <=> CONNECTION_ID(), RELEASE_LOCK(?), 0) FROM " + t + " WHERE " + id + " = ?";
-    reentered = "SELECT " + v + ", " + h + " FROM " + t + " WHERE " + id + " = ? AND " + o + " = ?";
-    const std::string ours = " WHERE " + id + " = ? AND " + o + " = ? AND " + v + " = ? AND " + h + " > 0 AND " + e +
+    reentered = "SELECT " + v + ", " + h + " FROM " + t + " WHERE " + id + " = ? AND " + owner_is;
+    const std::string ours = " WHERE " + id + " = ? AND " + owner_is + " AND " + v + " = ? AND " + h + " > 0 AND " + e +
                              " > " + now;
     // Parameters: ttl, key, owner, token.
     renew = "UPDATE " + t + " SET " + e + " = " + now + " + INTERVAL ? MICROSECOND" + ours;
@@ -88,7 +90,7 @@ struct RowSql {
     list_open = "SELECT " + bytes + ", " + info + " FROM " + t + " WHERE " + bytes + " >= ? AND " + bytes + " <> ? AND " +
                 live + " ORDER BY " + bytes + " LIMIT ?";
     force_release = "UPDATE " + t + " SET " + o + " = '', " + h + " = 0, " + e + " = " + now + " WHERE " + id + " = ? AND " +
-                    o + " = ? AND " + v + " = ? AND " + live;
+                    owner_is + " AND " + v + " = ? AND " + live;
   }
 
   std::string live, acquire, conflict, reentered, renew, release, inspect, list_bounded, list_open, force_release;

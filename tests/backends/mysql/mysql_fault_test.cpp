@@ -808,7 +808,7 @@ TEST_F(MysqlFault, TableOfAnEarlierVersionNamesTheAlterTable) {
   EXPECT_EQ(columns->at(0).at(0), "0") << "dlock changed the table itself";
 }
 
-// ---- Row mode: one key, one row ----
+// ---- Row mode: one key, one row, one owner ----
 
 // What try_acquire of `key` threw (an InvalidArgument, for these keys), or why it did not.
 std::string refused_key(Client& client, const std::string& key) {
@@ -884,6 +884,21 @@ TEST_F(MysqlFault, RowModeIntegerIdRefusesKeysWrittenOtherwise) {
   }
   one.release();
   zero.release();
+}
+
+// Defect: under a case-insensitive owner column (a VARCHAR's usual collation), owner 'worker'
+// re-entered the lock 'Worker' held: two holders. Owners compare as bytes.
+TEST_F(MysqlFault, RowModeOwnersThatDifferInCaseAreTwoOwners) {
+  const std::string url =
+      typed_row_url("VARBINARY(64)", "VARCHAR(128) CHARACTER SET utf8mb4 COLLATE utf8mb4_general_ci", {"k"});
+  Client client = Client::open(url);
+  Lease lease = client.acquire("k", LockOptions{.ttl = 10s, .owner = "Worker"});
+  Attempt attempt = client.try_acquire("k", LockOptions{.ttl = 10s, .owner = "worker"});
+  ASSERT_FALSE(attempt) << "owner 'worker' got the lock 'Worker' holds";
+  EXPECT_EQ(attempt.holder()->owner, "Worker");
+  EXPECT_THROW(client.release("k", "worker", lease.token()), LockLostError);
+  EXPECT_TRUE(lease.held());
+  lease.release();
 }
 
 // ---- Lease mode's heir handoff (src/backends/mysql/README.md) ----
