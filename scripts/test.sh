@@ -4,7 +4,8 @@
 # linked release binary, the one users get. Usage: scripts/test.sh [extra ctest arguments]
 #
 # A private MariaDB (scripts/servers/mariadb.sh: its own data directory in /tmp, a free port
-# on 127.0.0.1) and three private Redis servers (scripts/servers/redis.sh, likewise; redlock://
+# on 127.0.0.1, and TLS, which mysql:// connections use as ssl-mode=preferred asks and the TLS
+# tests need) and three private Redis servers (scripts/servers/redis.sh, likewise; redlock://
 # runs over the three) run for the length of the run, stopped and deleted on exit. The
 # conformance suite runs over them (DLOCK_TEST_URLS), and so do the mysql and redis fault tests
 # (DLOCK_MYSQL_*, DLOCK_REDIS_*); the redlock fault tests start servers of their own.
@@ -30,7 +31,7 @@ trap 'for step in "${cleanup[@]}"; do eval "$step" || true; done' EXIT
 if [ "${DLOCK_NO_MARIADB:-0}" != 1 ]; then
   mariadb_dir=$(mktemp -d /tmp/dlock-mariadb.XXXXXX)
   cleanup+=("scripts/servers/mariadb.sh stop '$mariadb_dir'; rm -rf '$mariadb_dir'")
-  scripts/servers/mariadb.sh start "$mariadb_dir" >/dev/null
+  MARIADB_TLS=1 scripts/servers/mariadb.sh start "$mariadb_dir" >/dev/null
   set -a
   # shellcheck disable=SC1091
   . "$mariadb_dir/env"

@@ -14,11 +14,19 @@
 #   DLOCK_MYSQL_NONE_URL   no privilege on dlock_test at all
 #   DLOCK_MYSQL_DIR, DLOCK_MYSQL_PORT, DLOCK_MYSQL_SOCKET
 #
+# With MARIADB_TLS=1 at the first start, the server also speaks TLS, with a throwaway CA and
+# a certificate for 127.0.0.1 and localhost made in DIR/tls (later starts keep using them),
+# and listens on 127.0.0.2 too, an address that certificate does not name. Also printed then:
+#   DLOCK_MYSQL_TLS_URL            a user the server admits over TLS only (REQUIRE SSL)
+#   DLOCK_MYSQL_TLS_MISNAMED_URL   the same user at 127.0.0.2
+#   DLOCK_MYSQL_TLS_CA             the CA that signed the server's certificate (PEM)
+#   DLOCK_MYSQL_TLS_OTHER_CA       a CA that signed nothing the server has
+#
 # The passwords are fixed: the server listens on loopback only and lives as long as a test run.
 set -euo pipefail
 
 usage() {
-  sed -n '2,18p' "$0" >&2
+  sed -n '2,25p' "$0" >&2
   exit 64
 }
 
@@ -37,10 +45,32 @@ install_if_missing() {
 }
 
 server_args() {
-  local dir=$1 port=$2
+  local dir=$1 port=$2 bind=127.0.0.1
+  local tls=()
+  if [ -f "$dir/tls/server-cert.pem" ]; then
+    bind=127.0.0.1,127.0.0.2
+    tls=(--ssl-ca="$dir/tls/ca.pem" --ssl-cert="$dir/tls/server-cert.pem" --ssl-key="$dir/tls/server-key.pem")
+  fi
   echo --no-defaults --user="$(id -un)" --datadir="$dir/data" --socket="$dir/mysqld.sock" \
-    --pid-file="$dir/mysqld.pid" --port="$port" --bind-address=127.0.0.1 --skip-name-resolve \
-    --log-error="$dir/error.log" --innodb-buffer-pool-size=64M --max-connections=500
+    --pid-file="$dir/mysqld.pid" --port="$port" --bind-address="$bind" --skip-name-resolve \
+    --log-error="$dir/error.log" --innodb-buffer-pool-size=64M --max-connections=500 "${tls[@]}"
+}
+
+# A CA, a server certificate it signs (for 127.0.0.1 and localhost) and an unrelated CA, in
+# DIR/tls. EC keys: made in a few milliseconds.
+make_certificates() {
+  local tls=$1/tls
+  mkdir -p "$tls"
+  local key=(-newkey ec -pkeyopt ec_paramgen_curve:P-256 -nodes)
+  {
+    openssl req -x509 "${key[@]}" -keyout "$tls/ca-key.pem" -out "$tls/ca.pem" -days 3650 -subj "/CN=dlock test CA"
+    openssl req -x509 "${key[@]}" -keyout "$tls/other-ca-key.pem" -out "$tls/other-ca.pem" -days 3650 \
+      -subj "/CN=dlock unrelated CA"
+    openssl req -new "${key[@]}" -keyout "$tls/server-key.pem" -out "$tls/server.csr" -subj "/CN=localhost"
+    printf 'subjectAltName=IP:127.0.0.1,DNS:localhost\nextendedKeyUsage=serverAuth\n' >"$tls/server.ext"
+    openssl x509 -req -in "$tls/server.csr" -CA "$tls/ca.pem" -CAkey "$tls/ca-key.pem" -CAcreateserial \
+      -days 3650 -extfile "$tls/server.ext" -out "$tls/server-cert.pem"
+  } >"$tls/openssl.log" 2>&1 || { echo "mariadb.sh: making certificates failed; see $tls/openssl.log" >&2; exit 69; }
 }
 
 admin() {
@@ -82,6 +112,7 @@ start() {
     if [ -f "$dir/port" ]; then port=$(cat "$dir/port"); else port=$(free_port); fi
   fi
   echo "$port" >"$dir/port"
+  if [ "${MARIADB_TLS:-0}" = 1 ] && [ ! -f "$dir/tls/server-cert.pem" ]; then make_certificates "$dir"; fi
   local fresh=0
   if [ ! -d "$dir/data/mysql" ]; then
     fresh=1
@@ -115,6 +146,18 @@ DLOCK_MYSQL_DIR=$dir
 DLOCK_MYSQL_PORT=$port
 DLOCK_MYSQL_SOCKET=$dir/mysqld.sock
 ENV
+  if [ -f "$dir/tls/server-cert.pem" ]; then
+    admin "$dir" <<'SQL'
+CREATE USER IF NOT EXISTS 'dlock_tls'@'127.0.0.1' IDENTIFIED BY 'dlock-tls-pw' REQUIRE SSL;
+GRANT ALL PRIVILEGES ON dlock_test.* TO 'dlock_tls'@'127.0.0.1';
+SQL
+    cat >>"$dir/env" <<ENV
+DLOCK_MYSQL_TLS_URL=mysql://dlock_tls:dlock-tls-pw@$base
+DLOCK_MYSQL_TLS_MISNAMED_URL=mysql://dlock_tls:dlock-tls-pw@127.0.0.2:$port/dlock_test
+DLOCK_MYSQL_TLS_CA=$dir/tls/ca.pem
+DLOCK_MYSQL_TLS_OTHER_CA=$dir/tls/other-ca.pem
+ENV
+  fi
   cat "$dir/env"
 }
 

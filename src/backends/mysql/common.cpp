@@ -29,9 +29,29 @@ std::chrono::milliseconds ceil_ms(const std::optional<std::string>& us_text) {
 
 std::uint64_t to_u64(const std::optional<std::string>& text) { return text ? std::stoull(*text) : 0; }
 
+namespace {
+
+// What the server must do to pass the connection's ssl-mode, which it did not.
+std::string tls_requirement(const ConnectOptions& c) {
+  if (c.ssl_mode == "preferred") return "the TLS handshake it offered failed";
+  std::string what = "it must offer TLS";
+  if (c.ssl_mode == "verify-ca" || c.ssl_mode == "verify-identity") {
+    what += ", with a certificate signed by a CA in ssl-ca=" + c.ssl_ca;
+  }
+  if (c.ssl_mode == "verify-identity") what += " and naming the host '" + c.host + "'";
+  return what;
+}
+
+}  // namespace
+
 void raise(const SqlError& e, const Settings& settings, std::string_view key) {
   const std::string& url = settings.connect.redacted_url;
   const std::string detail = " (MySQL error " + std::to_string(e.code) + ": " + e.message + ")";
+  if (e.tls_refused) {
+    throw ConfigurationError("the MySQL server of " + url + " does not meet ssl-mode=" + settings.connect.ssl_mode +
+                                 ": " + tls_requirement(settings.connect) + detail,
+                             kName);
+  }
   switch (e.code) {
     case ER_ACCESS_DENIED_ERROR:
       throw ConfigurationError("the MySQL server refused user '" + settings.connect.user +

@@ -41,6 +41,8 @@ struct Settings {
   std::string table;           // lease, session: dlock_locks; row: required
   bool create_table = true;
   RowColumns columns;
+  // Row mode: take an id column whose collation holds different keys equal (id_collation=any).
+  bool accept_folding_ids = false;
 };
 
 // 1..64 letters, digits or underscores: every table and column name is checked against this

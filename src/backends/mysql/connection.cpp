@@ -14,10 +14,32 @@ unsigned whole_seconds(std::chrono::milliseconds d) {
   return static_cast<unsigned>(std::max<long long>(1, (d.count() + 999) / 1000));
 }
 
+// The ssl-mode in MariaDB Connector/C 3.3's options (its behaviour checked on Debian 12's 3.3,
+// and pinned by tests/backends/mysql/mysql_tls_test.cpp):
+// - MYSQL_OPT_SSL_ENFORCE, despite its name, only asks for TLS: a server that does not offer
+//   it gets a plain connection.
+// - A fingerprint to pin (MARIADB_OPT_TLS_PEER_FP) makes the library refuse a server without
+//   TLS before it sends the login; an empty one pins no certificate.
+// - A CA makes it verify the server's certificate chain; the name in the certificate is
+//   checked only with MYSQL_OPT_SSL_VERIFY_SERVER_CERT.
+// Connector/C 3.4 verifies certificates unless told not to, which only makes the modes below
+// verify-identity stricter there.
+void set_tls_options(MYSQL* mysql, const ConnectOptions& options) {
+  if (options.ssl_mode == "disabled") return;
+  const my_bool yes = 1;
+  mysql_options(mysql, MYSQL_OPT_SSL_ENFORCE, &yes);
+  if (options.ssl_mode == "preferred") return;
+  mysql_options(mysql, MARIADB_OPT_TLS_PEER_FP, "");
+  if (options.ssl_mode == "required") return;
+  mysql_options(mysql, MYSQL_OPT_SSL_CA, options.ssl_ca.c_str());
+  if (options.ssl_mode == "verify-identity") mysql_options(mysql, MYSQL_OPT_SSL_VERIFY_SERVER_CERT, &yes);
+}
+
 bool breaks_connection(unsigned code) {
+  // A TLS connection the server closed (KILL, restart) fails with CR_SSL_CONNECTION_ERROR.
   return code == CR_SERVER_GONE_ERROR || code == CR_SERVER_LOST || code == CR_CONN_HOST_ERROR ||
-         code == CR_CONNECTION_ERROR || code == CR_COMMANDS_OUT_OF_SYNC || code == 1927 /* ER_CONNECTION_KILLED */ ||
-         code == 1053 /* ER_SERVER_SHUTDOWN */;
+         code == CR_CONNECTION_ERROR || code == CR_COMMANDS_OUT_OF_SYNC || code == CR_SSL_CONNECTION_ERROR ||
+         code == 1927 /* ER_CONNECTION_KILLED */ || code == 1053 /* ER_SERVER_SHUTDOWN */;
 }
 
 }  // namespace
@@ -32,22 +54,21 @@ Connection::Connection(const ConnectOptions& options) {
   mysql_options(mysql_, MYSQL_OPT_READ_TIMEOUT, &read_s);
   mysql_options(mysql_, MYSQL_OPT_WRITE_TIMEOUT, &write_s);
   mysql_options(mysql_, MYSQL_SET_CHARSET_NAME, "utf8mb4");
-  if (options.ssl_mode != "disabled" && options.ssl_mode != "preferred") {
-    const my_bool enforce = 1;
-    mysql_options(mysql_, MYSQL_OPT_SSL_ENFORCE, &enforce);
-    if (options.ssl_mode == "verify-ca" || options.ssl_mode == "verify-identity") {
-      const my_bool verify = 1;
-      mysql_options(mysql_, MYSQL_OPT_SSL_VERIFY_SERVER_CERT, &verify);
-    }
-  }
-  if (!options.ssl_ca.empty()) mysql_options(mysql_, MYSQL_OPT_SSL_CA, options.ssl_ca.c_str());
+  set_tls_options(mysql_, options);
   // Without CLIENT_FOUND_ROWS statements read "changed" row counts (0 means untouched).
   const unsigned long flags = options.found_rows ? CLIENT_FOUND_ROWS : 0;
   if (!mysql_real_connect(mysql_, options.host.c_str(), options.user.c_str(), options.password.c_str(),
                           options.database.c_str(), options.port, nullptr, flags)) {
     SqlError error{mysql_errno(mysql_), mysql_error(mysql_), true, false};
+    error.tls_refused = error.code == CR_SSL_CONNECTION_ERROR;
     mysql_close(mysql_);
     throw error;
+  }
+  // The empty pin above is how 3.3 behaves, not what it documents: a library that logs in
+  // without TLS all the same is not used.
+  if (options.ssl_mode != "disabled" && options.ssl_mode != "preferred" && !mysql_get_ssl_cipher(mysql_)) {
+    mysql_close(mysql_);
+    throw SqlError{CR_SSL_CONNECTION_ERROR, "the connection is not encrypted", true, false, true};
   }
   id_ = mysql_thread_id(mysql_);
   static std::atomic<std::uint64_t> next_serial{0};
@@ -175,7 +196,7 @@ void Connection::fail_statement(MYSQL_STMT* statement, bool sent) {
 void Connection::fail_connection(bool sent) { fail(mysql_errno(mysql_), mysql_error(mysql_), sent); }
 
 void Connection::fail(unsigned code, const char* message, bool sent) {
-  SqlError error{code, message};
+  SqlError error{code, *message || code != CR_SSL_CONNECTION_ERROR ? message : "the TLS connection broke"};
   error.connection_broken = breaks_connection(code);
   // Gone before the request left ("server has gone away" on write) changed nothing; a
   // connection lost while waiting for the answer may have run it.

@@ -29,8 +29,12 @@ struct ConnectOptions {
   std::chrono::milliseconds connect_timeout{5'000};
   std::chrono::milliseconds read_timeout{30'000};
   std::chrono::milliseconds write_timeout{30'000};
-  std::string ssl_mode = "preferred";  // disabled | preferred | required | verify-ca | verify-identity
-  std::string ssl_ca;
+  // As MySQL's client means them: disabled never encrypts; preferred encrypts when the server
+  // offers TLS; required refuses a server without TLS before logging in, and checks no
+  // certificate; verify-ca also checks the server's certificate against `ssl_ca`, but not the
+  // name in it; verify-identity also checks that it names `host`.
+  std::string ssl_mode = "preferred";
+  std::string ssl_ca;  // CA certificates (PEM file); verify-ca and verify-identity only
   // Affected rows count matched rows, not changed ones (row mode: a renew that writes the
   // same second into a TIMESTAMP(0) column changes nothing, yet succeeded).
   bool found_rows = false;
@@ -63,6 +67,9 @@ struct SqlError {
   std::string message;
   bool connection_broken = false;
   bool maybe_applied = false;
+  // Connecting failed on TLS: the server or its certificate does not meet the ssl-mode. (The
+  // same code later means only that a TLS connection broke.)
+  bool tls_refused = false;
 };
 
 class Connection {

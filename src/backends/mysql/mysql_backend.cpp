@@ -1,6 +1,7 @@
 #include "backends/mysql/mysql_backend.hpp"
 
 #include <algorithm>
+#include <fstream>
 #include <utility>
 
 #include "backends/mysql/common.hpp"
@@ -9,6 +10,34 @@
 namespace dlock::backends {
 
 using mysql::kName;
+
+namespace {
+
+// The TLS options, checked before connecting (connection.hpp says what each mode does).
+void check_tls(const mysql::ConnectOptions& c) {
+  static const char* const kSslModes[] = {"disabled", "preferred", "required", "verify-ca", "verify-identity"};
+  if (std::find(std::begin(kSslModes), std::end(kSslModes), c.ssl_mode) == std::end(kSslModes)) {
+    throw ConfigurationError("mysql:// ssl-mode must be disabled, preferred, required, verify-ca or verify-identity; got '" +
+                                 c.ssl_mode + "'",
+                             kName);
+  }
+  const bool verifies = c.ssl_mode == "verify-ca" || c.ssl_mode == "verify-identity";
+  if (verifies && c.ssl_ca.empty()) {
+    throw ConfigurationError("mysql:// ssl-mode=" + c.ssl_mode +
+                                 " needs ssl-ca=FILE: the CA certificates (PEM) that signed the server's certificate",
+                             kName);
+  }
+  if (!verifies && !c.ssl_ca.empty()) {
+    throw ConfigurationError("mysql:// ssl-ca is used by ssl-mode=verify-ca and verify-identity only; ssl-mode=" +
+                                 c.ssl_mode + " checks no certificate",
+                             kName);
+  }
+  if (verifies && std::ifstream(c.ssl_ca).peek() == std::ifstream::traits_type::eof()) {
+    throw ConfigurationError("mysql:// ssl-ca=" + c.ssl_ca + " cannot be read, or is empty", kName);
+  }
+}
+
+}  // namespace
 
 std::string mysql_schema(const std::string& mode, const std::string& table) {
   if (mode == "lease" || mode == "session") return mysql::lock_table_schema(table);
@@ -43,12 +72,18 @@ std::shared_ptr<backend::Backend> make_mysql_backend(const core::Url& url) {
                                kName);
     }
   }
+  const std::string id_collation = options.take_string("id_collation").value_or("exact");
+  if (id_collation != "exact" && id_collation != "any") {
+    throw ConfigurationError("mysql:// id_collation must be exact or any; got '" + id_collation + "'", kName);
+  }
+  settings.accept_folding_ids = id_collation == "any";
   auto& c = settings.connect;
   c.connect_timeout = options.take_duration("connect_timeout").value_or(c.connect_timeout);
   c.read_timeout = options.take_duration("read_timeout").value_or(c.read_timeout);
   c.write_timeout = options.take_duration("write_timeout").value_or(c.write_timeout);
-  c.ssl_mode = options.take_string("ssl-mode").value_or(c.ssl_mode);
   c.ssl_ca = options.take_string("ssl-ca").value_or("");
+  // As in MySQL's client, a CA without a mode asks for verify-ca.
+  c.ssl_mode = options.take_string("ssl-mode").value_or(c.ssl_ca.empty() ? c.ssl_mode : "verify-ca");
   options.finish();
   c.redacted_url = url.redacted();
   if (settings.mode == "row") {
@@ -65,12 +100,7 @@ std::shared_ptr<backend::Backend> make_mysql_backend(const core::Url& url) {
   } else {
     throw ConfigurationError("mysql:// mode must be lease, row or session; got '" + settings.mode + "'", kName);
   }
-  static const char* const kSslModes[] = {"disabled", "preferred", "required", "verify-ca", "verify-identity"};
-  if (std::find(std::begin(kSslModes), std::end(kSslModes), c.ssl_mode) == std::end(kSslModes)) {
-    throw ConfigurationError("mysql:// ssl-mode must be disabled, preferred, required, verify-ca or verify-identity; got '" +
-                                 c.ssl_mode + "'",
-                             kName);
-  }
+  check_tls(c);
   if (c.read_timeout < std::chrono::seconds(2)) {
     throw ConfigurationError("mysql:// read_timeout must be at least 2s (waiters block on the server that long)", kName);
   }

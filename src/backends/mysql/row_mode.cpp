@@ -18,11 +18,23 @@ struct ColumnInfo {
   std::string data_type;
   std::uint64_t max_chars = 0;
   unsigned fraction_digits = 0;
+  std::string collation;    // empty for binary strings and numbers
+  std::string charset;      // likewise
+  std::string column_type;  // as in DDL: varchar(64)
 };
 
 bool is_integer_type(const std::string& type) {
   static const char* const kTypes[] = {"tinyint", "smallint", "mediumint", "int", "bigint"};
   return std::find(std::begin(kTypes), std::end(kTypes), type) != std::end(kTypes);
+}
+
+// Integer ids compare as numbers: '01' and '-0' would name rows 1 and 0. Keys are the
+// decimal integers as the column gives them back.
+bool canonical_integer(std::string_view key) {
+  const std::string_view digits = key.substr(!key.empty() && key[0] == '-' ? 1 : 0);
+  return !digits.empty() && digits.size() <= 19 &&
+         std::all_of(digits.begin(), digits.end(), [](char c) { return std::isdigit(static_cast<unsigned char>(c)); }) &&
+         (digits[0] != '0' || key == "0");
 }
 
 bool is_text_type(const std::string& type) {
@@ -39,10 +51,12 @@ struct RowSql {
   RowSql(const std::string& table, const RowColumns& c, std::int64_t round_up_us) {
     const auto q = [](const std::string& name) { return "`" + name + "`"; };
     const std::string t = q(table), id = q(c.id), o = q(c.owner), e = q(c.expires), v = q(c.version), h = q(c.holds);
+    // Owners compare as bytes: under the owner column's collation 'Worker' may equal 'worker'.
+    const std::string owner_is = "CAST(" + o + " AS BINARY) = ?";
     const std::string now = "UTC_TIMESTAMP(6)";
     const std::string free = "(COALESCE(" + o + ", '') = '' OR COALESCE(" + h + ", 0) = 0 OR " + e + " IS NULL OR " +
                              e + " <= " + now + ")";
-    const std::string mine = "(" + o + " = ? AND " + h + " > 0 AND " + e + " > " + now + ")";
+    const std::string mine = "(" + owner_is + " AND " + h + " > 0 AND " + e + " > " + now + ")";
     live = "COALESCE(" + o + ", '') <> '' AND " + h + " > 0 AND " + e + " > " + now;
     const std::string left = "TIMESTAMPDIFF(MICROSECOND, " + now + ", " + e + ") - " + std::to_string(round_up_us);
     // Columns are assigned left to right and later ones see the new values: the version and
@@ -57,8 +71,8 @@ struct RowSql {
     // The user's table records no acquisition time: NULL where the others give it.
     conflict = "SELECT " + o + ", " + v + ", " + h + ", " + left +
                ", NULL, IF(IS_USED_LOCK(?) <=> CONNECTION_ID(), RELEASE_LOCK(?), 0) FROM " + t + " WHERE " + id + " = ?";
-    reentered = "SELECT " + v + ", " + h + " FROM " + t + " WHERE " + id + " = ? AND " + o + " = ?";
-    const std::string ours = " WHERE " + id + " = ? AND " + o + " = ? AND " + v + " = ? AND " + h + " > 0 AND " + e +
+    reentered = "SELECT " + v + ", " + h + " FROM " + t + " WHERE " + id + " = ? AND " + owner_is;
+    const std::string ours = " WHERE " + id + " = ? AND " + owner_is + " AND " + v + " = ? AND " + h + " > 0 AND " + e +
                              " > " + now;
     // Parameters: ttl, key, owner, token.
     renew = "UPDATE " + t + " SET " + e + " = " + now + " + INTERVAL ? MICROSECOND" + ours;
@@ -76,7 +90,7 @@ struct RowSql {
     list_open = "SELECT " + bytes + ", " + info + " FROM " + t + " WHERE " + bytes + " >= ? AND " + bytes + " <> ? AND " +
                 live + " ORDER BY " + bytes + " LIMIT ?";
     force_release = "UPDATE " + t + " SET " + o + " = '', " + h + " = 0, " + e + " = " + now + " WHERE " + id + " = ? AND " +
-                    o + " = ? AND " + v + " = ? AND " + live;
+                    owner_is + " AND " + v + " = ? AND " + live;
   }
 
   std::string live, acquire, conflict, reentered, renew, release, inspect, list_bounded, list_open, force_release;
@@ -176,18 +190,25 @@ class RowBackend final : public ModeBackend {
   }
 
  private:
-  // Integer ids compare numerically: 'abc' would match the row with id 0.
-  bool key_fits(std::string_view key) const {
-    if (!facts_.integer_id) return true;
-    const std::string_view digits = key.substr(!key.empty() && key[0] == '-' ? 1 : 0);
-    return !digits.empty() && digits.size() <= 19 &&
-           std::all_of(digits.begin(), digits.end(), [](char c) { return std::isdigit(static_cast<unsigned char>(c)); });
-  }
-  void check_key(std::string_view key) const {
-    if (!key_fits(key)) {
-      throw InvalidArgument("column `" + settings_.columns.id + "` of table '" + settings_.table +
-                            "' is an integer, so keys must be decimal integers; got '" + std::string(key) + "'");
+  // Why `key` is not a row's id of its own, for keys the id column would take for another's
+  // (an integer id: 'abc' is 0, '01' is 1; a collation padding with spaces: 'a ' is 'a').
+  std::optional<std::string> misfit(std::string_view key) const {
+    const std::string column = "column `" + settings_.columns.id + "` of table '" + settings_.table + "'";
+    if (facts_.integer_id && !canonical_integer(key)) {
+      return column + " is an integer, so keys must be decimal integers as it writes them (no leading zeros, no -0); got '" +
+             std::string(key) + "'";
     }
+    if (!facts_.padding_collation.empty() && !key.empty() && key.back() == ' ') {
+      return "key '" + std::string(key) + "' ends in a space, which " + column + " ignores (collation " +
+             facts_.padding_collation + " pads with spaces), so it would be the lock of the key without it;" +
+             " drop the trailing spaces, or give the column a binary collation that does not pad (MariaDB: *_nopad_bin;" +
+             " MySQL 8: utf8mb4_0900_bin)";
+    }
+    return std::nullopt;
+  }
+  bool key_fits(std::string_view key) const { return !misfit(key); }
+  void check_key(std::string_view key) const {
+    if (const auto why = misfit(key)) throw InvalidArgument(*why);
   }
   // The TTL, rounded up to what the expiry column keeps: a DATETIME(0) column must not make
   // a lease end up to a second early.
@@ -196,6 +217,7 @@ class RowBackend final : public ModeBackend {
   // What the table's columns allow.
   struct TableFacts {
     bool integer_id = false;
+    std::string padding_collation;  // the id's binary collation, when it ignores trailing spaces
     std::size_t max_key_bytes = kMaxKeyBytes;
     std::size_t owner_max = kMaxOwnerBytes;
     std::int64_t expiry_round_up_us = 0;
@@ -206,8 +228,9 @@ class RowBackend final : public ModeBackend {
     std::vector<Row> rows;
     try {
       rows = connection->query(
-          "SELECT LOWER(COLUMN_NAME), LOWER(DATA_TYPE), CHARACTER_MAXIMUM_LENGTH, DATETIME_PRECISION"
-          " FROM information_schema.COLUMNS WHERE TABLE_SCHEMA = DATABASE() AND TABLE_NAME = ?",
+          "SELECT LOWER(COLUMN_NAME), LOWER(DATA_TYPE), CHARACTER_MAXIMUM_LENGTH, DATETIME_PRECISION, COLLATION_NAME,"
+          " CHARACTER_SET_NAME, COLUMN_TYPE FROM information_schema.COLUMNS WHERE TABLE_SCHEMA = DATABASE()"
+          " AND TABLE_NAME = ?",
           {settings_.table});
     } catch (const SqlError& e) {
       raise(e, settings_);
@@ -226,7 +249,8 @@ class RowBackend final : public ModeBackend {
       std::transform(lower.begin(), lower.end(), lower.begin(), [](unsigned char ch) { return std::tolower(ch); });
       for (const Row& row : rows) {
         if (row[0] == lower) {
-          return ColumnInfo{row[1].value_or(""), to_u64(row[2]), static_cast<unsigned>(to_u64(row[3]))};
+          return ColumnInfo{row[1].value_or(""), to_u64(row[2]), static_cast<unsigned>(to_u64(row[3])),
+                            row[4].value_or(""), row[5].value_or(""), row[6].value_or("")};
         }
       }
       throw ConfigurationError("table '" + settings_.table + "' has no column `" + name + "`: add it (ALTER TABLE `" +
@@ -251,6 +275,7 @@ class RowBackend final : public ModeBackend {
     require(is_integer_type(holds.data_type), c.holds, "an integer column");
     TableFacts facts;
     facts.integer_id = is_integer_type(id.data_type);
+    if (!id.collation.empty() && !settings_.accept_folding_ids) facts.padding_collation = check_id_collation(*connection, id);
     facts.max_key_bytes =
         facts.integer_id ? 20 : static_cast<std::size_t>(std::min<std::uint64_t>(id.max_chars, kMaxKeyBytes));
     facts.owner_max = static_cast<std::size_t>(std::min<std::uint64_t>(owner.max_chars, kMaxOwnerBytes));
@@ -258,6 +283,32 @@ class RowBackend final : public ModeBackend {
     for (unsigned digit = std::min(expires.fraction_digits, 6u); digit < 6; ++digit) unit *= 10;
     facts.expiry_round_up_us = unit - 1;
     return facts;
+  }
+
+  // Keys are told apart by binary strings (no collation) and binary collations, which compare
+  // code points. Any other collation holds some different keys equal (case, accents, trailing
+  // spaces), so they would be one row and one lock: refused. Returns the collation if it is
+  // binary but pads with spaces (trailing spaces ignored), empty if it compares exactly.
+  std::string check_id_collation(Connection& connection, const ColumnInfo& id) {
+    const std::string& c = settings_.columns.id;
+    if (!id.collation.ends_with("_bin")) {
+      throw ConfigurationError(
+          "column `" + c + "` of table '" + settings_.table + "' compares keys by collation " + id.collation +
+              ", under which different keys can be equal (in case, accents or trailing spaces): they would be one" +
+              " row, so one lock. Make it compare exactly (ALTER TABLE `" + settings_.table + "` MODIFY `" + c + "` " +
+              id.column_type + " CHARACTER SET " + id.charset + " COLLATE " + id.charset +
+              "_nopad_bin NOT NULL, on MySQL 8 utf8mb4_0900_bin; or VARBINARY), or accept that with id_collation=any",
+          kName);
+    }
+    // Both names come from the server; they are checked before going into the statement.
+    if (!valid_identifier(id.charset) || !valid_identifier(id.collation)) return id.collation;
+    const std::string probe = "SELECT CONVERT('a' USING " + id.charset + ") COLLATE " + id.collation +
+                              " = CONVERT('a ' USING " + id.charset + ")";
+    try {
+      return connection.query(probe, {}).at(0).at(0) == "1" ? id.collation : "";
+    } catch (const SqlError& e) {
+      raise(e, settings_);
+    }
   }
 
   TableFacts facts_;

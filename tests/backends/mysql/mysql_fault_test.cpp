@@ -260,6 +260,23 @@ class MysqlFault : public ::testing::Test {
   void restart_while_held(const std::string& url);
   void killed_connection(const std::string& url);
 
+  // The test's own table as a row-mode resource table with these id and owner column types,
+  // and a row for each id.
+  std::string typed_row_url(const std::string& id_type, const std::string& owner_type,
+                            std::initializer_list<const char*> ids) {
+    RawConnection raw(url_);
+    EXPECT_TRUE(raw.ok()) << raw.error();
+    EXPECT_TRUE(raw.query("DROP TABLE IF EXISTS `" + table_ + "`")) << raw.error();
+    EXPECT_TRUE(raw.query("CREATE TABLE `" + table_ + "` (id " + id_type + " NOT NULL PRIMARY KEY, lock_owner " +
+                          owner_type + " NOT NULL DEFAULT '', lock_expire_time DATETIME(6) NULL," +
+                          " version BIGINT UNSIGNED NOT NULL DEFAULT 0, lock_holds INT UNSIGNED NOT NULL DEFAULT 0)"))
+        << raw.error();
+    for (const char* id : ids) {
+      EXPECT_TRUE(raw.query("INSERT INTO `" + table_ + "` (id) VALUES ('" + id + "')")) << raw.error();
+    }
+    return with_option(table_url(), "mode=row");
+  }
+
   // How many sessions of `user` are blocked in GET_LOCK (a waiter's doorbell).
   int sessions_in_user_lock(const std::string& user) {
     RawConnection admin(admin_url_);
@@ -412,7 +429,7 @@ TEST_F(MysqlFault, SessionModeServerRestartLosesTheLock) {
 // user. Both recover: the holder keeps the lease, renews, and releases cleanly even right
 // after a further KILL; the waiter goes on waiting and gets the key after that release.
 void MysqlFault::killed_connection(const std::string& url) {
-  const std::string user = UrlParts::parse(url_).user;
+  const std::string user = UrlParts::parse(url).user;
   const auto ttl = 6s;
   Client holder_client = Client::open(url);
   Client waiter_client = Client::open(url);
@@ -532,6 +549,13 @@ TEST_F(MysqlFault, KilledConnection) {
 TEST_F(MysqlFault, RowModeKilledConnection) {
   NEED("DLOCK_MYSQL_ADMIN_URL");
   killed_connection(row_url({"k"}));
+}
+
+// Defect: a TLS session the server ended fails with CR_SSL_CONNECTION_ERROR rather than
+// "server lost", which was not taken for a broken connection: the waiter gave up.
+TEST_F(MysqlFault, KilledTlsConnectionIsABrokenConnection) {
+  NEED("DLOCK_MYSQL_ADMIN_URL", "DLOCK_MYSQL_TLS_URL");
+  killed_connection(table_url(env("DLOCK_MYSQL_TLS_URL")));
 }
 
 // Session mode: KILL CONNECTION of the holder's session frees the key at once. A waiter on
@@ -782,6 +806,99 @@ TEST_F(MysqlFault, TableOfAnEarlierVersionNamesTheAlterTable) {
                                  " AND TABLE_NAME = '" + table_ + "' AND COLUMN_NAME LIKE 'heir%'");
   ASSERT_TRUE(columns) << raw.error();
   EXPECT_EQ(columns->at(0).at(0), "0") << "dlock changed the table itself";
+}
+
+// ---- Row mode: one key, one row, one owner ----
+
+// What try_acquire of `key` threw (an InvalidArgument, for these keys), or why it did not.
+std::string refused_key(Client& client, const std::string& key) {
+  try {
+    Attempt attempt = client.try_acquire(key, LockOptions{.ttl = 10s});
+    return attempt ? "acquired" : "held by " + attempt.holder()->owner;
+  } catch (const InvalidArgument& e) {
+    return e.what();
+  }
+}
+
+// Defect: under a case-insensitive collation of the id column, 'a', 'A' and 'a ' were one
+// row, so one lock. Such a column is refused, naming the table, the column, the collation
+// and the fix, unless id_collation=any accepts it.
+TEST_F(MysqlFault, RowModeRefusesAnIdColumnWhoseCollationFoldsKeys) {
+  const std::string url =
+      typed_row_url("VARCHAR(64) CHARACTER SET utf8mb4 COLLATE utf8mb4_general_ci", "VARBINARY(128)", {"a"});
+  try {
+    Client::open(url);
+    FAIL() << "opened row mode on an id column with collation utf8mb4_general_ci";
+  } catch (const ConfigurationError& e) {
+    const std::string message = e.what();
+    std::fprintf(stderr, "error: %s\n", message.c_str());
+    for (const std::string& part : {"'" + table_ + "'", std::string("`id`"), std::string("utf8mb4_general_ci"),
+                                    std::string("ALTER TABLE"), std::string("utf8mb4_nopad_bin"),
+                                    std::string("VARBINARY"), std::string("id_collation=any")}) {
+      EXPECT_NE(message.find(part), std::string::npos) << part << " is not named: " << message;
+    }
+  }
+  // Accepted, keys the collation holds equal are one lock.
+  Client client = Client::open(with_option(url, "id_collation=any"));
+  Client other = Client::open(with_option(url, "id_collation=any"));
+  Lease lease = client.acquire("a", LockOptions{.ttl = 10s});
+  EXPECT_EQ(refused_key(other, "A"), "held by " + lease.owner());
+  EXPECT_EQ(refused_key(other, "a "), "held by " + lease.owner());
+  lease.release();
+}
+
+// Columns that tell keys apart are taken: binary strings, and binary collations. A binary
+// collation that pads with spaces (utf8mb4_bin) ignores trailing spaces, so a key ending in
+// one is refused rather than taken for the row without them.
+TEST_F(MysqlFault, RowModeTakesIdColumnsThatTellKeysApart) {
+  for (const std::string type : {"VARBINARY(64)", "VARCHAR(64) CHARACTER SET utf8mb4 COLLATE utf8mb4_nopad_bin",
+                                 "VARCHAR(64) CHARACTER SET utf8mb4 COLLATE utf8mb4_bin"}) {
+    SCOPED_TRACE(type);
+    const std::string url = typed_row_url(type, "VARBINARY(128)", {"a"});
+    Client client = Client::open(url);
+    Client other = Client::open(url);
+    Lease lease = client.acquire("a", LockOptions{.ttl = 10s});
+    EXPECT_NE(refused_key(other, "A").find("insert it first"), std::string::npos) << refused_key(other, "A");
+    const std::string trailing = refused_key(other, "a ");
+    if (type.find("utf8mb4_bin") != std::string::npos) {
+      EXPECT_NE(trailing.find("utf8mb4_bin"), std::string::npos) << trailing;
+      EXPECT_FALSE(other.inspect("a ")) << "a key that is refused is reported held";
+    } else {
+      EXPECT_NE(trailing.find("insert it first"), std::string::npos) << trailing;
+    }
+    lease.release();
+  }
+}
+
+// Defect: an integer id compares as a number, so '01' and '-0' were the locks of rows 1 and 0.
+TEST_F(MysqlFault, RowModeIntegerIdRefusesKeysWrittenOtherwise) {
+  const std::string url = typed_row_url("BIGINT", "VARBINARY(128)", {"0", "1"});
+  Client client = Client::open(url);
+  Client other = Client::open(url);
+  Lease one = client.acquire("1", LockOptions{.ttl = 10s});
+  Lease zero = client.acquire("0", LockOptions{.ttl = 10s});
+  for (const char* key : {"01", "-0", "001"}) {
+    const std::string message = refused_key(other, key);
+    EXPECT_NE(message.find("decimal integers"), std::string::npos) << key << ": " << message;
+    EXPECT_FALSE(other.inspect(key)) << key;
+  }
+  one.release();
+  zero.release();
+}
+
+// Defect: under a case-insensitive owner column (a VARCHAR's usual collation), owner 'worker'
+// re-entered the lock 'Worker' held: two holders. Owners compare as bytes.
+TEST_F(MysqlFault, RowModeOwnersThatDifferInCaseAreTwoOwners) {
+  const std::string url =
+      typed_row_url("VARBINARY(64)", "VARCHAR(128) CHARACTER SET utf8mb4 COLLATE utf8mb4_general_ci", {"k"});
+  Client client = Client::open(url);
+  Lease lease = client.acquire("k", LockOptions{.ttl = 10s, .owner = "Worker"});
+  Attempt attempt = client.try_acquire("k", LockOptions{.ttl = 10s, .owner = "worker"});
+  ASSERT_FALSE(attempt) << "owner 'worker' got the lock 'Worker' holds";
+  EXPECT_EQ(attempt.holder()->owner, "Worker");
+  EXPECT_THROW(client.release("k", "worker", lease.token()), LockLostError);
+  EXPECT_TRUE(lease.held());
+  lease.release();
 }
 
 // ---- Lease mode's heir handoff (src/backends/mysql/README.md) ----
