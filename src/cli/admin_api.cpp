@@ -57,17 +57,23 @@ struct ForceRelease {
   std::string key;
   std::string reason;
   std::string by;
+  bool lock_delay = true;
 };
 
 // The body of POST /api/force-release, or what is wrong with it. A field that is not one of
-// these is refused rather than ignored: a misspelt one must not go unnoticed.
+// these is refused rather than ignored: a misspelt "lock_delay" must not go unnoticed.
 std::variant<ForceRelease, std::string> parse_force_release(const std::string& text) {
-  constexpr const char* shape = R"({"key": "...", "reason": "...", "by": "..."})";
+  constexpr const char* shape = R"({"key": "...", "reason": "...", "by": "...", "lock_delay": true})";
   const json body = json::parse(text, nullptr, false);
   if (!body.is_object()) return fmt::format("the body must be a JSON object: {}", shape);
   ForceRelease request;
   for (const auto& [name, value] : body.items()) {
     if (value.is_null()) continue;  // as if absent
+    if (name == "lock_delay") {
+      if (!value.is_boolean()) return fmt::format("'lock_delay' must be true or false, not {}", value.type_name());
+      request.lock_delay = value.get<bool>();
+      continue;
+    }
     std::string* text_field = name == "key"      ? &request.key
                               : name == "reason" ? &request.reason
                               : name == "by"     ? &request.by
@@ -200,7 +206,8 @@ void AdminApi::force_release(const httplib::Request& request, httplib::Response&
   const auto parsed = parse_force_release(request.body);
   if (const auto* error = std::get_if<std::string>(&parsed)) return fail(response, 400, *error);
   const ForceRelease& wanted = std::get<ForceRelease>(parsed);
-  const auto freed = client_.force_release(wanted.key);
+  const auto freed =
+      client_.force_release(wanted.key, wanted.lock_delay ? Eviction::delayed : Eviction::immediate);
   if (!freed) return reply(response, 404, {{"key", wanted.key}, {"held", false}});
   const json entry = {{"at", utc_now_iso()},
                       {"by", wanted.by.empty() ? "anonymous" : wanted.by},
@@ -208,7 +215,8 @@ void AdminApi::force_release(const httplib::Request& request, httplib::Response&
                       {"reason", wanted.reason},
                       {"key", freed->key},
                       {"owner", freed->owner},
-                      {"token", freed->token}};
+                      {"token", freed->token},
+                      {"lock_delay", wanted.lock_delay}};
   force_releases_.fetch_add(1);
   try {
     audit_.append(entry);

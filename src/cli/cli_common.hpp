@@ -25,7 +25,7 @@ struct GlobalOptions {
 Client open_client(const GlobalOptions& global);
 
 // A held lock as JSON, as `--json` output and the HTTP API show it: key, owner, token,
-// hold_count, ttl_left_ms.
+// hold_count, ttl_left_ms, held_for_ms, waiters, evicted.
 nlohmann::json lock_json(const LockInfo& info);
 
 }  // namespace dlock::cli
