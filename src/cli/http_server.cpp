@@ -166,6 +166,12 @@ HttpServer::HttpServer(ConnectionLimits limits)
 
 HttpServer::~HttpServer() { ::close(stop_fd_); }
 
+int HttpServer::bind(const std::string& host, int port) {
+  const int bound = port == 0 ? bind_to_any_port(host) : (bind_to_port(host, port) ? port : -1);
+  if (bound >= 0 && ::listen(svr_sock_, SOMAXCONN) != 0) return -1;  // Linux takes a new backlog
+  return bound;
+}
+
 void HttpServer::shut_down() {
   const std::uint64_t one = 1;
   [[maybe_unused]] const ssize_t written = ::write(stop_fd_, &one, sizeof one);

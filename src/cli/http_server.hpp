@@ -33,6 +33,9 @@ class HttpServer : public httplib::Server {
   HttpServer(const HttpServer&) = delete;
   HttpServer& operator=(const HttpServer&) = delete;
 
+  // Binds (port 0: any free port) and listens with a backlog for bursts of connections
+  // (cpp-httplib's is 5); the port, or -1 with errno set.
+  int bind(const std::string& host, int port);
   // stop(), also waking the connections that wait for their clients.
   void shut_down();
 

@@ -119,8 +119,7 @@ int serve(const GlobalOptions& global, const ServeOptions& options) {
   pthread_sigmask(SIG_BLOCK, &stop_signals, nullptr);
 
   HttpServer server;
-  const int port = address.port == 0 ? server.bind_to_any_port(address.host)
-                                     : (server.bind_to_port(address.host, address.port) ? address.port : -1);
+  const int port = server.bind(address.host, address.port);
   if (port < 0) {
     throw ConfigurationError("cannot listen on " + options.listen + ": " + std::strerror(errno), "serve");
   }

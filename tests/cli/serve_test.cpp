@@ -804,13 +804,6 @@ TEST_F(ServeTest, SlowlorisHalfOpenRequestsDoNotStarveOthers) {
     ASSERT_TRUE(slow.back()->connected()) << "connection " << i << ": " << std::strerror(errno);
     ASSERT_TRUE(slow.back()->send("GET /api/lo")) << "connection " << i;
   }
-  // One more from the same peer, whole this time: over that peer's share, it is not served.
-  Connection extra("127.0.0.2", port_);
-  ASSERT_TRUE(extra.connected());
-  ASSERT_TRUE(extra.send("GET /healthz HTTP/1.1\r\nHost: 127.0.0.1\r\n\r\n"));
-  std::string refused;
-  EXPECT_TRUE(extra.closed_by_server(Clock::now() + 10s, refused)) << "the 41st connection of one peer stayed open";
-  EXPECT_FALSE(contains(refused, " 200 ")) << refused;
 
   const auto start = Clock::now();
   const Reply health = get("/healthz");
@@ -818,13 +811,21 @@ TEST_F(ServeTest, SlowlorisHalfOpenRequestsDoNotStarveOthers) {
   EXPECT_EQ(health.status, 200) << health.body;
   EXPECT_LT(took, 3s) << "/healthz took " << std::chrono::duration_cast<milliseconds>(took).count() << " ms";
 
-  // Each half-open request is cut off (the header timeout is 5 s).
+  // Each half-open request is cut off (the request time is 5 s), and the peer keeps at most 16
+  // connections at a time: others are answered 503 at once. (How many in all depends on how
+  // the server's threads take them up: one it takes after 5 s finds the first 16 gone.)
   const auto deadline = Clock::now() + 20s;
+  int refused = 0;
   for (std::size_t i = 0; i < slow.size(); ++i) {
     std::string received;
     EXPECT_TRUE(slow[i]->closed_by_server(deadline, received)) << "half-open connection " << i << " is still open";
     EXPECT_FALSE(contains(received, " 200 ")) << received;
+    if (received.starts_with("HTTP/1.1 503 ")) {
+      ++refused;
+      EXPECT_TRUE(contains(received, "too many connections from 127.0.0.2: at most 16")) << received;
+    }
   }
+  EXPECT_GT(refused, 0) << "no connection of the peer with 40 was refused";
   stop();
 }
 
