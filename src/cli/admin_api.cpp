@@ -2,9 +2,12 @@
 
 #include <fmt/format.h>
 
+#include <algorithm>
+#include <cstdio>
 #include <cstdlib>
 #include <nlohmann/json.hpp>
 #include <system_error>
+#include <variant>
 
 #include "cli/admin_page.hpp"
 #include "cli/cli_common.hpp"
@@ -16,6 +19,7 @@ using nlohmann::json;
 
 constexpr std::size_t kDefaultPage = 100;
 constexpr std::size_t kMaxPage = 1000;
+constexpr std::size_t kMaxBody = 16 * 1024;  // a force-release is a key, a reason and a name
 
 // Equal in time independent of where the strings differ, so the token cannot be guessed
 // byte by byte from response times.
@@ -49,33 +53,95 @@ std::optional<std::size_t> page_limit(const httplib::Request& request, httplib::
   return static_cast<std::size_t>(value);
 }
 
+struct ForceRelease {
+  std::string key;
+  std::string reason;
+  std::string by;
+  bool lock_delay = true;
+};
+
+// The body of POST /api/force-release, or what is wrong with it. A field that is not one of
+// these is refused rather than ignored: a misspelt "lock_delay" must not go unnoticed.
+std::variant<ForceRelease, std::string> parse_force_release(const std::string& text) {
+  constexpr const char* shape = R"({"key": "...", "reason": "...", "by": "...", "lock_delay": true})";
+  const json body = json::parse(text, nullptr, false);
+  if (!body.is_object()) return fmt::format("the body must be a JSON object: {}", shape);
+  ForceRelease request;
+  for (const auto& [name, value] : body.items()) {
+    if (value.is_null()) continue;  // as if absent
+    if (name == "lock_delay") {
+      if (!value.is_boolean()) return fmt::format("'lock_delay' must be true or false, not {}", value.type_name());
+      request.lock_delay = value.get<bool>();
+      continue;
+    }
+    std::string* text_field = name == "key"      ? &request.key
+                              : name == "reason" ? &request.reason
+                              : name == "by"     ? &request.by
+                                                 : nullptr;
+    if (!text_field) return fmt::format("unknown field '{}': the body is {}", name, shape);
+    if (!value.is_string()) return fmt::format("'{}' must be a string, not {}", name, value.type_name());
+    *text_field = value.get<std::string>();
+  }
+  if (request.key.empty()) return fmt::format("give the key to release: {}", shape);
+  if (request.reason.empty()) return std::string("give a reason: it goes to the audit log");
+  return request;
+}
+
 }  // namespace
 
-AdminApi::AdminApi(Client client, AuditLog& audit, std::optional<std::string> token)
-    : client_(std::move(client)), audit_(audit), token_(std::move(token)) {}
+AdminApi::AdminApi(Client client, AuditLog& audit, AdminApiOptions options)
+    : client_(std::move(client)), audit_(audit), options_(std::move(options)) {}
 
 void AdminApi::install(httplib::Server& server) {
+  server.set_payload_max_length(kMaxBody);
   server.set_pre_routing_handler([this](const httplib::Request& request, httplib::Response& response) {
-    // The page holds no data: it asks for the token and sends it with its API calls.
-    if (!token_ || request.path == "/healthz" || request.path == "/") {
-      return httplib::Server::HandlerResponse::Unhandled;
+    // Probes may use any name: the answer holds nothing but the backend's scheme.
+    if (request.path == "/healthz") return httplib::Server::HandlerResponse::Unhandled;
+    const std::string host = request.get_header_value("Host");
+    if (!options_.hosts.allows_host(host)) {
+      fail(response, 403,
+           fmt::format("'{}' is not a name of this server, so a page of another site may have sent this "
+                       "request (DNS rebinding); to serve under that name, start dlock serve with --allow-host NAME",
+                       host));
+      return httplib::Server::HandlerResponse::Handled;
     }
+    // The page holds no data: it asks for the token and sends it with its API calls.
+    if (!options_.token || request.path == "/") return httplib::Server::HandlerResponse::Unhandled;
     const std::string header = request.get_header_value("Authorization");
-    if (header.starts_with("Bearer ") && same_secret(header.substr(7), *token_)) {
+    if (header.starts_with("Bearer ") && same_secret(header.substr(7), *options_.token)) {
       return httplib::Server::HandlerResponse::Unhandled;
     }
     fail(response, 401, "this server needs its access token: send the header 'Authorization: Bearer TOKEN'");
     return httplib::Server::HandlerResponse::Handled;
   });
-  server.set_exception_handler([](const httplib::Request&, httplib::Response& response, std::exception_ptr error) {
+  server.set_exception_handler([](const httplib::Request& request, httplib::Response& response,
+                                  std::exception_ptr error) {
     try {
       std::rethrow_exception(error);
     } catch (const InvalidArgument& e) {
       fail(response, 400, e.what());
-    } catch (const std::exception& e) {
+    } catch (const Error& e) {
       fail(response, 503, e.what());  // backend errors carry the redacted URL only
+    } catch (const std::exception& e) {
+      std::fprintf(stderr, "dlock serve: internal error on %s %s: %s\n", request.method.c_str(),
+                   request.path.c_str(), e.what());
+      fail(response, 500, "internal error in dlock serve: its stderr has the details");
     }
   });
+  // cpp-httplib's own refusals come without a body.
+  server.set_error_handler(httplib::Server::Handler([](const httplib::Request& request, httplib::Response& response) {
+    if (!response.body.empty()) return;
+    switch (response.status) {
+      case 404:
+        return fail(response, 404, fmt::format("no such endpoint: {} {}", request.method, request.path));
+      case 413:
+        return fail(response, 413, fmt::format("the body is larger than {} KiB", kMaxBody / 1024));
+      case 400:
+        return fail(response, 400, "malformed HTTP request");
+      default:
+        return fail(response, response.status, fmt::format("refused (HTTP {})", response.status));
+    }
+  }));
   server.Get("/", [](const httplib::Request&, httplib::Response& response) {
     // Never framed by another site (a force-release button under a decoy), and nothing
     // loaded from anywhere but this server.
@@ -132,26 +198,25 @@ void AdminApi::force_release(const httplib::Request& request, httplib::Response&
   if (!request.get_header_value("Content-Type").starts_with("application/json")) {
     return fail(response, 415, "send the request as JSON (Content-Type: application/json)");
   }
-  if (request.has_header("Origin") &&
-      request.get_header_value("Origin") != "http://" + request.get_header_value("Host")) {
-    return fail(response, 403, "a force-release from another site's page is refused");
+  if (request.has_header("Origin") && !options_.hosts.allows_origin(request.get_header_value("Origin"))) {
+    return fail(response, 403,
+                "a force-release from another site's page is refused: the Origin must be http:// or https:// "
+                "and a name of this server (--allow-host adds one)");
   }
-  const json body = json::parse(request.body, nullptr, false);
-  if (!body.is_object()) return fail(response, 400, "the body must be a JSON object: {\"key\": ..., \"reason\": ...}");
-  const std::string key = body.value("key", "");
-  const std::string reason = body.value("reason", "");
-  if (key.empty()) return fail(response, 400, "give the key to release: {\"key\": ..., \"reason\": ...}");
-  if (reason.empty()) return fail(response, 400, "give a reason: it goes to the audit log");
-  const auto freed = client_.force_release(key);
-  if (!freed) return reply(response, 404, {{"key", key}, {"held", false}});
-  const std::string by = body.value("by", "");
+  const auto parsed = parse_force_release(request.body);
+  if (const auto* error = std::get_if<std::string>(&parsed)) return fail(response, 400, *error);
+  const ForceRelease& wanted = std::get<ForceRelease>(parsed);
+  const auto freed =
+      client_.force_release(wanted.key, wanted.lock_delay ? Eviction::delayed : Eviction::immediate);
+  if (!freed) return reply(response, 404, {{"key", wanted.key}, {"held", false}});
   const json entry = {{"at", utc_now_iso()},
-                      {"by", by.empty() ? "anonymous" : by},
+                      {"by", wanted.by.empty() ? "anonymous" : wanted.by},
                       {"from", request.remote_addr},
-                      {"reason", reason},
+                      {"reason", wanted.reason},
                       {"key", freed->key},
                       {"owner", freed->owner},
-                      {"token", freed->token}};
+                      {"token", freed->token},
+                      {"lock_delay", wanted.lock_delay}};
   force_releases_.fetch_add(1);
   try {
     audit_.append(entry);
@@ -162,19 +227,27 @@ void AdminApi::force_release(const httplib::Request& request, httplib::Response&
 }
 
 std::string AdminApi::metrics() {
+  // Counted no further than the limit, so that a scrape costs about one page of /api/locks
+  // however many locks the store holds.
+  const std::size_t limit = options_.held_locks_limit;
   std::size_t held = 0;
-  for (ListPage page = client_.list({}, {}, kMaxPage);; page = client_.list({}, page.next_after, kMaxPage)) {
+  for (std::string after;;) {
+    const ListPage page = client_.list({}, after, std::min(kMaxPage, limit - held));
     held += page.locks.size();
-    if (page.next_after.empty()) break;
+    if (page.next_after.empty() || held >= limit) break;
+    after = page.next_after;
   }
   std::string text = fmt::format(
-      "# HELP dlock_held_locks Locks held now.\n"
+      "# HELP dlock_held_locks Locks held now, counted up to dlock_held_locks_limit.\n"
       "# TYPE dlock_held_locks gauge\n"
       "dlock_held_locks {}\n"
+      "# HELP dlock_held_locks_limit Where dlock_held_locks stops counting: equal to it, there may be more.\n"
+      "# TYPE dlock_held_locks_limit gauge\n"
+      "dlock_held_locks_limit {}\n"
       "# HELP dlock_force_releases_total Force-releases through this server since it started.\n"
       "# TYPE dlock_force_releases_total counter\n"
       "dlock_force_releases_total {}\n",
-      held, force_releases_.load());
+      held, limit, force_releases_.load());
   // Totals every client adds to the store, each within a few seconds of counting.
   if (const std::optional<Activity> activity = client_.store_activity()) {
     const auto counter = [&](std::string_view name, std::string_view help, auto value) {

@@ -1,23 +1,31 @@
 #pragma once
 
-// The admin HTTP API of `dlock serve` (docs/http-api.md): routes, access token, the
-// cross-site checks, and the audit of every force-release.
+// The admin HTTP API of `dlock serve` (docs/http-api.md): routes, the allowed host names,
+// access token, the cross-site checks, and the audit of every force-release.
 
 #include <httplib.h>
 
 #include <atomic>
+#include <cstddef>
 #include <cstdint>
 #include <optional>
 #include <string>
 
+#include "cli/allowed_hosts.hpp"
 #include "cli/audit_log.hpp"
 #include "dlock/client.hpp"
 
 namespace dlock::cli {
 
+struct AdminApiOptions {
+  AllowedHosts hosts;
+  std::optional<std::string> token;
+  std::size_t held_locks_limit = 1000;  // /metrics counts held locks no further (--metrics-held-max)
+};
+
 class AdminApi {
  public:
-  AdminApi(Client client, AuditLog& audit, std::optional<std::string> token);
+  AdminApi(Client client, AuditLog& audit, AdminApiOptions options);
   void install(httplib::Server& server);
 
  private:
@@ -26,7 +34,7 @@ class AdminApi {
 
   Client client_;
   AuditLog& audit_;
-  std::optional<std::string> token_;
+  AdminApiOptions options_;
   std::atomic<std::uint64_t> force_releases_{0};
 };
 

@@ -28,6 +28,8 @@ const char* const kAdminPage = R"page(<!doctype html>
   td.key, #detail-key { font-family: ui-monospace, SFMono-Regular, monospace; overflow-wrap: anywhere; }
   td.num { text-align: right; font-variant-numeric: tabular-nums; }
   #audit { overflow-x: auto; }
+  #audit table { font-size: 13px; }
+  #audit th, #audit td { padding: 4px 5px; }
   #audit td.key { overflow-wrap: normal; white-space: nowrap; }
   #audit td.token { overflow-wrap: anywhere; }  /* redis tokens have 16 digits: keep Reason in view */
   td.ttl { white-space: nowrap; font-variant-numeric: tabular-nums; }
@@ -47,6 +49,11 @@ const char* const kAdminPage = R"page(<!doctype html>
   #message:empty { display: none; }
   #message.error, #status.error { color: #b42318; }
   .empty { color: #57606a; padding: 12px 8px; }
+  .badge { display: inline-block; margin-left: 6px; padding: 0 6px; border-radius: 9px; font-size: 12px;
+           background: #fff1d6; color: #8a4b00; border: 1px solid #f0c36d; white-space: nowrap; }
+  #locks tbody tr.evicted td { color: #6e7781; }
+  label.check { display: flex; gap: 6px; align-items: flex-start; color: #1b1f24; }
+  label.check input { margin-top: 3px; }
 </style>
 </head>
 <body>
@@ -77,16 +84,19 @@ const char* const kAdminPage = R"page(<!doctype html>
         <dt>Acquired (UTC)</dt><dd id="detail-acquired"></dd>
         <dt>Waiters</dt><dd id="detail-waiters"></dd>
         <dt>Time left</dt><dd id="detail-ttl"></dd>
+        <dt>State</dt><dd id="detail-state"></dd>
       </dl>
       <label>Reason, for the audit log<textarea id="reason" rows="2"></textarea></label>
       <label>Your name<input id="by" autocomplete="name"></label>
+      <label class="check"><input id="immediate" type="checkbox"><span>Free the key at once, without the lock
+        delay: the next holder may start while this one still runs</span></label>
       <button id="force-release" class="danger" type="button" disabled>Force-release</button>
     </section>
     <p id="message" role="status"></p>
     <section id="audit">
       <h2>Audit log</h2>
       <table>
-        <thead><tr><th>When (UTC)</th><th>By</th><th>Key</th><th>Token</th><th>Reason</th></tr></thead>
+        <thead><tr><th>When (UTC)</th><th>By</th><th>Key</th><th>Token</th><th title="Force-released with the lock delay">Delay</th><th>Reason</th></tr></thead>
         <tbody></tbody>
       </table>
     </section>
@@ -136,6 +146,17 @@ function formatWaiters(waiters) {
   return waiters === null || waiters === undefined ? "\u2013" : String(waiters);
 }
 
+// Force-released with the lock delay: the key stays closed until its holder stops. The list
+// has room for a word, the detail for the sentence.
+const evictedText = "evicted, waiting for its holder to stop";
+function evictedBadge(text) {
+  const badge = document.createElement("span");
+  badge.className = "badge";
+  badge.textContent = text;
+  badge.title = evictedText;
+  return badge;
+}
+
 function cell(row, className, text) {
   const td = row.insertCell();
   td.className = className;
@@ -179,9 +200,11 @@ async function refreshLocks() {
       deadlines.set(lock.key, fetchedAt + lock.ttl_left_ms);
       const row = document.createElement("tr");
       row.dataset.key = lock.key;
-      if (selected && selected.key === lock.key) row.className = "selected";
+      row.classList.toggle("selected", Boolean(selected && selected.key === lock.key));
+      row.classList.toggle("evicted", lock.evicted === true);
       cell(row, "key", lock.key);
-      cell(row, "owner", lock.owner);
+      const owner = cell(row, "owner", lock.owner);
+      if (lock.evicted) owner.appendChild(evictedBadge("evicted"));
       cell(row, "holds num", String(lock.hold_count));
       cell(row, "token num", String(lock.token));
       cell(row, "acquired", formatAcquired(lock.held_for_ms));
@@ -217,6 +240,7 @@ async function refreshAudit() {
       cell(row, "by", entry.by);
       cell(row, "key", entry.key);
       cell(row, "token num", String(entry.token));
+      cell(row, "delay", entry.lock_delay === undefined ? "\u2013" : entry.lock_delay ? "yes" : "no");
       cell(row, "reason", entry.reason);
       rows.appendChild(row);
     }
@@ -234,6 +258,7 @@ function showDetail(lock) {
   $("#detail-holds").textContent = String(lock.hold_count);
   $("#detail-acquired").textContent = formatAcquired(lock.held_for_ms);
   $("#detail-waiters").textContent = formatWaiters(lock.waiters);
+  $("#detail-state").replaceChildren(lock.evicted ? evictedBadge(evictedText) : "held");
   tick();
 }
 
@@ -259,8 +284,12 @@ async function forceRelease() {
   const lock = selected;
   const reason = $("#reason").value.trim();
   if (!reason) return;
+  const immediate = $("#immediate").checked;
+  const after = immediate
+      ? " The key is free at once: the next holder may start while this one still runs."
+      : " The key stays closed until it has stopped, at the latest when its lease runs out.";
   if (!confirm("Force-release " + lock.key + ", held by " + lock.owner + " (token " + lock.token +
-               ")? Its holder loses the lock at its next renewal.")) {
+               ")? Its holder loses the lock at its next renewal." + after)) {
     return;
   }
   $("#force-release").disabled = true;
@@ -268,13 +297,15 @@ async function forceRelease() {
     const { status, body } = await api("/api/force-release", {
       method: "POST",
       headers: { "Content-Type": "application/json" },
-      body: JSON.stringify({ key: lock.key, reason, by: $("#by").value.trim() }),
+      body: JSON.stringify({ key: lock.key, reason, by: $("#by").value.trim(), lock_delay: !immediate }),
     });
     if (status === 200) {
-      say("Released " + body.released.key + " (token " + body.released.token + ", held by " + body.released.owner + ").", false);
+      say("Released " + body.released.key + " (token " + body.released.token + ", held by " + body.released.owner + ")" +
+          (immediate ? ": the key is free." : ": the key opens once its holder has stopped."), false);
       selected = null;
       $("#detail").hidden = true;
       $("#reason").value = "";
+      $("#immediate").checked = false;
     } else if (status === 404) {
       say(lock.key + " was no longer held: nothing released.", false);
     } else {

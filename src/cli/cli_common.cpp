@@ -127,7 +127,8 @@ nlohmann::json lock_json(const LockInfo& info) {
           {"hold_count", info.hold_count},
           {"ttl_left_ms", info.ttl_left.count()},
           {"held_for_ms", info.held_for ? nlohmann::json(info.held_for->count()) : nlohmann::json(nullptr)},
-          {"waiters", info.waiters ? nlohmann::json(*info.waiters) : nlohmann::json(nullptr)}};
+          {"waiters", info.waiters ? nlohmann::json(*info.waiters) : nlohmann::json(nullptr)},
+          {"evicted", info.evicted}};
 }
 
 void add_wait_options(CLI::App& command, WaitOptions& options) {

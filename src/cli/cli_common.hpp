@@ -39,7 +39,7 @@ std::string url_with_password(const std::string& url, const std::string& passwor
 std::vector<std::string> hide_url_passwords(int argc, char** argv);
 
 // A held lock as JSON, as `--json` output and the HTTP API show it: key, owner, token,
-// hold_count, ttl_left_ms.
+// hold_count, ttl_left_ms, held_for_ms, waiters, evicted.
 nlohmann::json lock_json(const LockInfo& info);
 
 }  // namespace dlock::cli

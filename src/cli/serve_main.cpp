@@ -1,7 +1,8 @@
 // `dlock serve`: the admin HTTP API over whichever backend the URL names (docs/http-api.md).
-// Loopback only unless an access token is set; state changes are JSON POSTs, which a page on
-// another site cannot send without the browser asking first; every force-release is appended
-// to a durable audit log before the answer goes out.
+// Loopback only unless an access token is set; answers only to its own names (--allow-host
+// adds some); state changes are JSON POSTs, which a page on another site cannot send without
+// the browser asking first; every force-release is appended to a durable audit log before the
+// answer goes out.
 //
 // It is a program of its own, dlock-serve, which `dlock serve` runs: Debian's cpp-httplib is
 // a shared library only, and the statically linked `dlock` starts faster (see `dlock run`).
@@ -12,6 +13,7 @@
 #include <signal.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cctype>
 #include <cerrno>
 #include <chrono>
@@ -27,12 +29,14 @@
 #include <string>
 #include <system_error>
 #include <thread>
+#include <vector>
 
 #include <CLI/CLI.hpp>
 
 #include "cli/admin_api.hpp"
 #include "cli/audit_log.hpp"
 #include "cli/cli_common.hpp"
+#include "cli/http_server.hpp"
 
 namespace dlock::cli {
 namespace {
@@ -43,6 +47,8 @@ struct ServeOptions {
   std::string listen = "127.0.0.1:7474";
   std::string token_file;
   std::string audit_log;
+  std::vector<std::string> allow_hosts;
+  std::size_t metrics_held_max = 1000;
 };
 
 struct ListenAddress {
@@ -73,14 +79,18 @@ bool is_loopback(const std::string& host) {
   return host == "localhost" || host == "::1" || host.starts_with("127.");
 }
 
-// The access token: --token-file's first line, else $DLOCK_SERVE_TOKEN, else none.
+// The access token: --token-file's first line without surrounding blanks, else
+// $DLOCK_SERVE_TOKEN, else none.
 std::optional<std::string> read_token(const ServeOptions& options) {
   if (!options.token_file.empty()) {
     std::ifstream file(options.token_file);
     if (!file) throw InvalidArgument("--token-file '" + options.token_file + "' cannot be read");
-    std::string token;
-    std::getline(file, token);
-    while (!token.empty() && std::isspace(static_cast<unsigned char>(token.back()))) token.pop_back();
+    std::string line;
+    std::getline(file, line);
+    const auto blank = [](char c) { return std::isspace(static_cast<unsigned char>(c)) != 0; };
+    const auto first = std::find_if_not(line.begin(), line.end(), blank);
+    const auto last = std::find_if_not(line.rbegin(), line.rend(), blank).base();
+    const std::string token = first < last ? std::string(first, last) : std::string();
     if (token.empty()) throw InvalidArgument("--token-file '" + options.token_file + "' is empty: put the token on its first line");
     return token;
   }
@@ -98,7 +108,7 @@ int serve(const GlobalOptions& global, const ServeOptions& options) {
                           "(or $DLOCK_SERVE_TOKEN), or listen on 127.0.0.1");
   }
   AuditLog audit(options.audit_log.empty() ? default_audit_log() : options.audit_log);
-  AdminApi api(open_client(global), audit, token);
+  Client client = open_client(global);
 
   // SIGINT and SIGTERM stop the server from a thread of its own (stop() is not
   // async-signal-safe); every other thread inherits the blocked mask.
@@ -108,13 +118,14 @@ int serve(const GlobalOptions& global, const ServeOptions& options) {
   sigaddset(&stop_signals, SIGTERM);
   pthread_sigmask(SIG_BLOCK, &stop_signals, nullptr);
 
-  httplib::Server server;
-  api.install(server);
-  const int port = address.port == 0 ? server.bind_to_any_port(address.host)
-                                     : (server.bind_to_port(address.host, address.port) ? address.port : -1);
+  HttpServer server;
+  const int port = server.bind(address.host, address.port);
   if (port < 0) {
     throw ConfigurationError("cannot listen on " + options.listen + ": " + std::strerror(errno), "serve");
   }
+  AdminApi api(std::move(client), audit,
+               {AllowedHosts(address.host, port, options.allow_hosts), token, options.metrics_held_max});
+  api.install(server);
   const std::string shown = address.host.find(':') == std::string::npos ? address.host : "[" + address.host + "]";
   std::printf("dlock serve: listening on http://%s:%d\n", shown.c_str(), port);
   std::fflush(stdout);
@@ -122,7 +133,7 @@ int serve(const GlobalOptions& global, const ServeOptions& options) {
   std::thread stopper([&server, stop_signals] {
     int signal_number = 0;
     sigwait(&stop_signals, &signal_number);
-    server.stop();
+    server.shut_down();
   });
   const bool served = server.listen_after_bind();
   if (!served) ::kill(::getpid(), SIGTERM);  // lets the stopper thread end
@@ -146,6 +157,15 @@ int serve_main(int argc, char** argv) {
   app.add_option("--audit-log", options.audit_log,
                  "Where force-releases are recorded, one JSON line each "
                  "(default: $XDG_STATE_HOME/dlock/audit.log)");
+  app.add_option("--allow-host", options.allow_hosts,
+                 "Also answer requests for NAME (any port) or NAME:PORT, e.g. a reverse proxy's public name; "
+                 "repeatable. By default only the listening address's own names are served")
+      ->type_name("NAME[:PORT]");
+  app.add_option("--metrics-held-max", options.metrics_held_max,
+                 "/metrics counts held locks up to N, a list call per 1000")
+      ->check(CLI::Range(std::size_t{1}, std::size_t{1'000'000'000}))
+      ->capture_default_str()
+      ->type_name("N");
   try {
     app.parse(argc, argv);
     return serve(global, options);

@@ -3,12 +3,15 @@
 // DLOCK_SERVE_TEST_URL names a mysql:// server, a fresh table of its own), holds locks with
 // `dlock acquire` from other processes and checks the JSON API's answers (docs/http-api.md).
 
+#include <arpa/inet.h>
 #include <fcntl.h>
 #include <gtest/gtest.h>
 #include <httplib.h>
+#include <netinet/in.h>
 #include <poll.h>
 #include <signal.h>
 #include <spawn.h>
+#include <sys/socket.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -16,6 +19,7 @@
 #include <cstdint>
 #include <cstdio>
 #include <cstdlib>
+#include <cstring>
 #include <ctime>
 #include <filesystem>
 #include <fstream>
@@ -662,8 +666,299 @@ TEST_F(ServeTest, BadRequests) {
   EXPECT_EQ(field(status("deploy"), "held"), true) << "a bad request released the lock";
 
   for (const std::string target : {"/nope", "/api/nope", "/api/locks/deploy", "/healthz/x"}) {
-    EXPECT_EQ(get(target).status, 404) << target;
+    const Reply reply = get(target);
+    EXPECT_EQ(reply.status, 404) << target;
+    EXPECT_TRUE(field(reply.doc, "error").is_string()) << target << ": " << reply.body;
   }
+  stop();
+}
+
+// DNS rebinding: a page of evil.example whose name now resolves to 127.0.0.1 sends its
+// requests here with its own name in Host and Origin. Only this server's own names are served.
+TEST_F(ServeTest, DnsRebindingHostIsRefused) {
+  const std::uint64_t token = hold("deploy");
+  ASSERT_TRUE(serve());
+  const std::string evil = "evil.example:" + std::to_string(port_);
+  const httplib::Headers rebound = {{"Host", evil}, {"Origin", "http://" + evil}};
+
+  for (const std::string target : {"/api/locks", "/api/lock", "/api/audit", "/metrics", "/"}) {
+    const Reply reply = get(target, {{"key", "deploy"}}, {{"Host", evil}});
+    EXPECT_TRUE(reply.status == 403 || reply.status == 421) << target << ": " << reply.status << " " << reply.body;
+    EXPECT_TRUE(contains(reply.body, "--allow-host")) << target << ": " << reply.body;
+    EXPECT_FALSE(contains(reply.body, "holder-1")) << target << ": " << reply.body;
+  }
+  const Reply post = force_release({{"key", "deploy"}, {"reason", "x"}}, rebound);
+  EXPECT_TRUE(post.status == 403 || post.status == 421) << post.status << " " << post.body;
+  const json still = status("deploy");
+  EXPECT_EQ(field(still, "held"), true) << still;
+  EXPECT_EQ(field(still, "token"), token) << still;
+  EXPECT_TRUE(audit_file().empty()) << read("audit.log");
+
+  // Another port of a loopback name, or no port (80), is another server.
+  for (const std::string& host : {std::string("127.0.0.1"), "localhost:" + std::to_string(port_ + 1)}) {
+    const Reply reply = get("/api/locks", {}, {{"Host", host}});
+    EXPECT_TRUE(reply.status == 403 || reply.status == 421) << host << ": " << reply.body;
+  }
+  // Probes may send any Host: /healthz holds nothing but the backend's scheme.
+  EXPECT_EQ(get("/healthz", {}, {{"Host", evil}}).status, 200);
+
+  // The listening address's own names still work.
+  const std::string port = std::to_string(port_);
+  for (const std::string& host : {"127.0.0.1:" + port, "localhost:" + port, "LocalHost:" + port, "[::1]:" + port}) {
+    const Reply reply = get("/api/locks", {}, {{"Host", host}});
+    EXPECT_EQ(reply.status, 200) << host << ": " << reply.body;
+  }
+  EXPECT_EQ(get("/").status, 200);
+  const Reply own = force_release({{"key", "deploy"}, {"reason", "own origin"}},
+                                  {{"Host", "localhost:" + port}, {"Origin", "http://localhost:" + port}});
+  EXPECT_EQ(own.status, 200) << own.body;
+  stop();
+}
+
+// Behind a TLS-terminating reverse proxy: the browser's Origin is https://NAME, and the proxy
+// passes Host: NAME (with or without a port); --allow-host names it.
+TEST_F(ServeTest, DnsRebindingAllowHostServesAReverseProxy) {
+  hold("deploy");
+  hold("nightly");
+  ASSERT_TRUE(serve({"--allow-host", "locks.example.com", "--allow-host", "admin.example.com:8443"}));
+  const httplib::Headers proxied = {{"Host", "locks.example.com"}, {"Origin", "https://locks.example.com"}};
+
+  EXPECT_EQ(get("/api/locks", {}, {{"Host", "locks.example.com"}}).status, 200);
+  EXPECT_EQ(get("/", {}, {{"Host", "locks.example.com:443"}}).status, 200);
+  const Reply freed = force_release({{"key", "deploy"}, {"reason", "through the proxy"}}, proxied);
+  EXPECT_EQ(freed.status, 200) << freed.body;
+  EXPECT_EQ(field(status("deploy"), "held"), false);
+
+  // A name given with a port is allowed with that port only.
+  EXPECT_EQ(get("/api/locks", {}, {{"Host", "admin.example.com:8443"}}).status, 200);
+  const Reply other_port = get("/api/locks", {}, {{"Host", "admin.example.com:9443"}});
+  EXPECT_TRUE(other_port.status == 403 || other_port.status == 421) << other_port.body;
+  // An allowed Host does not make another site's Origin allowed, nor a scheme but http(s).
+  for (const std::string origin : {"https://evil.example", "ftp://locks.example.com", "null",
+                                   "https://locks.example.com.evil.example", "https://admin.example.com:9443"}) {
+    const Reply reply = force_release({{"key", "nightly"}, {"reason", "x"}},
+                                      {{"Host", "locks.example.com"}, {"Origin", origin}});
+    EXPECT_EQ(reply.status, 403) << origin << ": " << reply.body;
+  }
+  EXPECT_EQ(field(status("nightly"), "held"), true);
+  stop();
+
+  for (const std::string bad : {"", "locks.example.com:0", "locks.example.com:x", "[::1", "a b", "http://x"}) {
+    const Result result = Process(serve_command({"--allow-host", bad}), env()).wait(5s);
+    EXPECT_EQ(result.exit_code, 64) << "--allow-host '" << bad << "': " << result.out << result.err;
+    EXPECT_TRUE(contains(result.err, "--allow-host")) << result.err;
+  }
+}
+
+// A TCP connection to the server from `source`, another loopback address being another peer.
+class Connection {
+ public:
+  Connection(const std::string& source, int port) : fd_(::socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0)) {
+    sockaddr_in local{};
+    local.sin_family = AF_INET;
+    ::inet_pton(AF_INET, source.c_str(), &local.sin_addr);
+    sockaddr_in remote{};
+    remote.sin_family = AF_INET;
+    remote.sin_port = htons(static_cast<std::uint16_t>(port));
+    ::inet_pton(AF_INET, "127.0.0.1", &remote.sin_addr);
+    connected_ = fd_ >= 0 && ::bind(fd_, reinterpret_cast<sockaddr*>(&local), sizeof local) == 0 &&
+                 ::connect(fd_, reinterpret_cast<sockaddr*>(&remote), sizeof remote) == 0;
+  }
+  ~Connection() {
+    if (fd_ >= 0) ::close(fd_);
+  }
+  Connection(const Connection&) = delete;
+  Connection& operator=(const Connection&) = delete;
+
+  bool connected() const { return connected_; }
+  bool send(const std::string& text) const {
+    return ::send(fd_, text.data(), text.size(), MSG_NOSIGNAL) == static_cast<ssize_t>(text.size());
+  }
+  // Reads until the server closes the connection (end of stream or reset): true, with what it
+  // sent in `received`; false if it is still open at `deadline`.
+  bool closed_by_server(Clock::time_point deadline, std::string& received) const {
+    for (;;) {
+      const auto left = std::chrono::duration_cast<milliseconds>(deadline - Clock::now()).count();
+      pollfd wait{fd_, POLLIN, 0};
+      if (left <= 0 || ::poll(&wait, 1, static_cast<int>(left)) <= 0) return false;
+      char buffer[4096];
+      const ssize_t n = ::recv(fd_, buffer, sizeof buffer, 0);
+      if (n <= 0) return true;
+      received.append(buffer, static_cast<std::size_t>(n));
+    }
+  }
+
+ private:
+  int fd_;
+  bool connected_ = false;
+};
+
+// Pre-auth slowloris: connections that never finish their request must neither starve the
+// other clients of the server's threads nor stay open: 40 of them from one peer, then
+// /healthz from another.
+TEST_F(ServeTest, SlowlorisHalfOpenRequestsDoNotStarveOthers) {
+  ASSERT_TRUE(serve());
+  std::vector<std::unique_ptr<Connection>> slow;
+  for (int i = 0; i < 40; ++i) {
+    slow.push_back(std::make_unique<Connection>("127.0.0.2", port_));
+    ASSERT_TRUE(slow.back()->connected()) << "connection " << i << ": " << std::strerror(errno);
+    ASSERT_TRUE(slow.back()->send("GET /api/lo")) << "connection " << i;
+  }
+
+  const auto start = Clock::now();
+  const Reply health = get("/healthz");
+  const auto took = Clock::now() - start;
+  EXPECT_EQ(health.status, 200) << health.body;
+  EXPECT_LT(took, 3s) << "/healthz took " << std::chrono::duration_cast<milliseconds>(took).count() << " ms";
+
+  // Each half-open request is cut off (the request time is 5 s), and the peer keeps at most 16
+  // connections at a time: others are answered 503 at once. (How many in all depends on how
+  // the server's threads take them up: one it takes after 5 s finds the first 16 gone.)
+  const auto deadline = Clock::now() + 20s;
+  int refused = 0;
+  for (std::size_t i = 0; i < slow.size(); ++i) {
+    std::string received;
+    EXPECT_TRUE(slow[i]->closed_by_server(deadline, received)) << "half-open connection " << i << " is still open";
+    EXPECT_FALSE(contains(received, " 200 ")) << received;
+    if (received.starts_with("HTTP/1.1 503 ")) {
+      ++refused;
+      EXPECT_TRUE(contains(received, "too many connections from 127.0.0.2: at most 16")) << received;
+    }
+  }
+  EXPECT_GT(refused, 0) << "no connection of the peer with 40 was refused";
+  stop();
+}
+
+// Bodies are small; a huge one is refused before it is read.
+TEST_F(ServeTest, SlowlorisLargeBodyIsRefused) {
+  hold("deploy");
+  ASSERT_TRUE(serve());
+  const std::string reason(1 << 20, 'x');
+  const Reply reply = force_release({{"key", "deploy"}, {"reason", reason}});
+  EXPECT_EQ(reply.status, 413) << reply.body.substr(0, 200);
+  EXPECT_TRUE(field(reply.doc, "error").is_string()) << reply.body.substr(0, 200);
+  EXPECT_EQ(field(status("deploy"), "held"), true);
+  stop();
+}
+
+// {"key":5} reached the JSON library's exception (503 with its message): every field of the
+// body has its type checked, and the answer names the field.
+TEST_F(ServeTest, ForceReleaseBodyFieldTypesAreChecked) {
+  hold("deploy");
+  ASSERT_TRUE(serve());
+  const std::vector<std::pair<std::string, std::string>> cases = {
+      {R"({"key":5,"reason":"r"})", "key"},
+      {R"({"key":["deploy"],"reason":"r"})", "key"},
+      {R"({"key":"deploy","reason":{"why":"r"}})", "reason"},
+      {R"({"key":"deploy","reason":"r","by":7})", "by"},
+      {R"({"key":"deploy","reason":"r","lock_delay":"no"})", "lock_delay"},
+      {R"({"key":"deploy","reason":"r","lock_delay":0})", "lock_delay"},
+      {R"({"key":"deploy","reason":"r","lockdelay":false})", "lockdelay"},
+  };
+  for (const auto& [body, name] : cases) {
+    const Reply reply = post("/api/force-release", body, "application/json");
+    EXPECT_EQ(reply.status, 400) << body << ": " << reply.body;
+    const json error = field(reply.doc, "error");
+    ASSERT_TRUE(error.is_string()) << body << ": " << reply.body;
+    EXPECT_TRUE(contains(error.get<std::string>(), "'" + name + "'")) << body << ": " << reply.body;
+    EXPECT_FALSE(contains(error.get<std::string>(), "[json.exception")) << body << ": " << reply.body;
+  }
+  EXPECT_EQ(field(status("deploy"), "held"), true) << "a bad request released the lock";
+  // An invalid key is the caller's mistake too.
+  const Reply control = force_release({{"key", "a\nb"}, {"reason", "r"}});
+  EXPECT_EQ(control.status, 400) << control.body;
+  stop();
+}
+
+// The docs say the token file's first line is taken without surrounding blanks: both ends.
+TEST_F(ServeTest, TokenFileIsTrimmedOnBothEnds) {
+  const std::string token = random_secret();
+  write("token", " \t" + token + " \r\n");
+  ASSERT_TRUE(serve({"--token-file", path("token")}));
+  EXPECT_EQ(get("/api/locks", {}, {{"Authorization", "Bearer " + token}}).status, 200);
+  EXPECT_EQ(get("/api/locks", {}, {{"Authorization", "Bearer  \t" + token}}).status, 401);
+  stop();
+}
+
+// A scrape paged through every held lock: it counts no further than --metrics-held-max
+// (default 1000, one page), and says where it stopped.
+TEST_F(ServeTest, MetricsScrapeDoesNotPageThroughEveryLock) {
+  for (const std::string key : {"m/1", "m/2", "m/3", "m/4", "m/5"}) hold(key);
+  ASSERT_TRUE(serve({"--metrics-held-max", "3"}));
+  const Reply capped = get("/metrics");
+  ASSERT_EQ(capped.status, 200) << capped.body;
+  EXPECT_TRUE(has_line(capped.body, "dlock_held_locks 3")) << capped.body;
+  EXPECT_TRUE(has_line(capped.body, "dlock_held_locks_limit 3")) << capped.body;
+  EXPECT_TRUE(has_line(capped.body, "# TYPE dlock_held_locks_limit gauge")) << capped.body;
+  stop();
+
+  ASSERT_TRUE(serve());
+  const Reply all = get("/metrics");
+  EXPECT_TRUE(has_line(all.body, "dlock_held_locks 5")) << all.body;
+  EXPECT_TRUE(has_line(all.body, "dlock_held_locks_limit 1000")) << all.body;
+  stop();
+
+  for (const std::string bad : {"0", "-1", "x"}) {
+    const Result result = Process(serve_command({"--metrics-held-max", bad}), env()).wait(5s);
+    EXPECT_EQ(result.exit_code, 64) << bad << ": " << result.out << result.err;
+  }
+}
+
+// Force-release takes "lock_delay" (default true: Eviction::delayed; false: at once), the
+// audit records it, and every lock says whether its holder was evicted.
+TEST_F(ServeTest, ForceReleaseLockDelayIsAudited) {
+  hold("delayed");
+  hold("at-once");
+  ASSERT_TRUE(serve());
+  const Reply held = get("/api/lock", {{"key", "delayed"}});
+  EXPECT_EQ(field(held.doc, "evicted"), false) << held.body;
+  const Reply listed = get("/api/locks");
+  ASSERT_EQ(field(listed.doc, "locks").size(), 2u) << listed.body;
+  for (const auto& lock : field(listed.doc, "locks")) EXPECT_EQ(field(lock, "evicted"), false) << lock;
+
+  const Reply at_once = force_release({{"key", "at-once"}, {"reason", "r"}, {"lock_delay", false}});
+  ASSERT_EQ(at_once.status, 200) << at_once.body;
+  EXPECT_EQ(field(field(at_once.doc, "audit"), "lock_delay"), false) << at_once.body;
+  EXPECT_EQ(field(field(at_once.doc, "released"), "evicted"), false) << at_once.body;
+  EXPECT_EQ(get("/api/lock", {{"key", "at-once"}}).status, 404) << "the key is free at once";
+  const Result next = dlock({"acquire", "--no-wait", "--owner", "holder-2", "at-once"});
+  EXPECT_EQ(next.exit_code, 0) << next.err;
+
+  const Reply delayed = force_release({{"key", "delayed"}, {"reason", "r"}});
+  ASSERT_EQ(delayed.status, 200) << delayed.body;
+  EXPECT_EQ(field(field(delayed.doc, "audit"), "lock_delay"), true) << delayed.body;
+  const std::vector<json> logged = audit_file();
+  ASSERT_EQ(logged.size(), 2u) << read("audit.log");
+  EXPECT_EQ(field(logged[0], "lock_delay"), false);
+  EXPECT_EQ(field(logged[1], "lock_delay"), true);
+  stop();
+}
+
+// With the lock delay, the evicted holder stays listed, marked, until it stops or its lease
+// ends; a force-release with "lock_delay": false frees the key at once.
+TEST_F(ServeTest, ForceReleaseLockDelayShowsTheEvictedHolder) {
+  const std::uint64_t token = hold("deploy");
+  ASSERT_TRUE(serve());
+  ASSERT_EQ(force_release({{"key", "deploy"}, {"reason", "r"}}).status, 200);
+  const Reply closed = get("/api/lock", {{"key", "deploy"}});
+  if (closed.status == 404) {
+    stop();
+    GTEST_SKIP() << backend_ << ":// frees a force-released key at once (no lock delay in this store)";
+  }
+  ASSERT_EQ(closed.status, 200) << closed.body;
+  EXPECT_EQ(field(closed.doc, "evicted"), true) << closed.body;
+  EXPECT_EQ(field(closed.doc, "token"), token) << closed.body;
+  EXPECT_EQ(field(closed.doc, "hold_count"), 0) << closed.body;
+  const json listed = field(get("/api/locks").doc, "locks");
+  ASSERT_EQ(listed.size(), 1u) << listed;
+  EXPECT_EQ(field(listed[0], "evicted"), true) << listed;
+  EXPECT_EQ(dlock({"acquire", "--no-wait", "--owner", "holder-2", "deploy"}).exit_code, 1)
+      << "the key is closed while the evicted holder may still run";
+
+  const Reply opened = force_release({{"key", "deploy"}, {"reason", "r"}, {"lock_delay", false}});
+  ASSERT_EQ(opened.status, 200) << opened.body;
+  EXPECT_EQ(field(field(opened.doc, "released"), "evicted"), true) << opened.body;
+  EXPECT_EQ(get("/api/lock", {{"key", "deploy"}}).status, 404);
   stop();
 }
 
