@@ -146,6 +146,9 @@ int serve_main(int argc, char** argv) {
                "dlock serve"};
   GlobalOptions global;
   ServeOptions options;
+  app.add_option("--password-file", global.password_file,
+                 "File whose first line is the store's password (default: $DLOCK_PASSWORD_FILE, else $DLOCK_PASSWORD)")
+      ->type_name("FILE");
   app.add_option("--url", global.url, "Backend URL (default: $DLOCK_URL, else the embedded default)")
       ->type_name("URL");
   app.add_option("--listen", options.listen,
@@ -167,7 +170,10 @@ int serve_main(int argc, char** argv) {
       ->capture_default_str()
       ->type_name("N");
   try {
-    app.parse(argc, argv);
+    std::vector<std::string> args = hide_url_passwords(argc, argv);
+    std::reverse(args.begin(), args.end());
+    args.pop_back();  // the program's name
+    app.parse(args);
     return serve(global, options);
   } catch (const CLI::ParseError& e) {
     if (e.get_exit_code() == 0) return app.exit(e);  // --help
