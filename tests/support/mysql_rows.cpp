@@ -64,4 +64,10 @@ void insert_row(const std::string& url, const std::string& table, const std::str
   });
 }
 
+void drop_tables(const std::string& url, std::initializer_list<std::string> tables) {
+  with_connection(url, [&](backends::mysql::Connection& c) {
+    for (const std::string& table : tables) c.run("DROP TABLE IF EXISTS `" + table + "`");
+  });
+}
+
 }  // namespace dlock::test

@@ -1,10 +1,12 @@
 #include "backends/mysql/connection.hpp"
 
 #include <errmsg.h>
+#include <fcntl.h>
 #include <poll.h>
 
 #include <algorithm>
 #include <atomic>
+#include <cerrno>
 #include <cstring>
 
 namespace dlock::backends::mysql {
@@ -46,6 +48,16 @@ Connection::Connection(const ConnectOptions& options) {
   if (!mysql_real_connect(mysql_, options.host.c_str(), options.user.c_str(), options.password.c_str(),
                           options.database.c_str(), options.port, nullptr, flags)) {
     SqlError error{mysql_errno(mysql_), mysql_error(mysql_), true, false};
+    mysql_close(mysql_);
+    throw error;
+  }
+  // Connector/C opens its socket inheritable: a command the program execs (dlock run's) would
+  // get an authenticated session, and in session mode keep the lock alive after dlock ends.
+  const int socket = static_cast<int>(mysql_get_socket(mysql_));
+  const int fd_flags = socket >= 0 ? ::fcntl(socket, F_GETFD) : -1;
+  if (fd_flags < 0 || ::fcntl(socket, F_SETFD, fd_flags | FD_CLOEXEC) != 0) {
+    SqlError error{CR_UNKNOWN_ERROR, std::string("cannot make the connection's socket close-on-exec: ") +
+                                         std::strerror(errno)};
     mysql_close(mysql_);
     throw error;
   }
