@@ -64,4 +64,18 @@ void insert_row(const std::string& url, const std::string& table, const std::str
   });
 }
 
+void drop_tables(const std::string& url, std::initializer_list<std::string> tables) {
+  for (const std::string& table : tables) run_statement(url, "DROP TABLE IF EXISTS `" + table + "`");
+}
+
+std::vector<std::vector<std::optional<std::string>>> select_rows(const std::string& url, const std::string& sql) {
+  std::vector<backends::mysql::Row> rows;
+  with_connection(url, [&](backends::mysql::Connection& c) { rows = c.query(sql, {}); });
+  return rows;
+}
+
+void run_statement(const std::string& url, const std::string& sql) {
+  with_connection(url, [&](backends::mysql::Connection& c) { c.run(sql); });
+}
+
 }  // namespace dlock::test

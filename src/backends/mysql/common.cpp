@@ -191,6 +191,15 @@ void ModeBackend::forget(std::string_view key, std::string_view owner) {
   sessions_.erase({std::string(key), std::string(owner)});
 }
 
+bool ModeBackend::keeps_doorbell(std::string_view key, const Connection& connection) {
+  std::lock_guard lock(sessions_mutex_);
+  for (auto it = sessions_.lower_bound({std::string(key), std::string()}); it != sessions_.end() && it->first.first == key;
+       ++it) {
+    if (it->second == connection.serial()) return true;
+  }
+  return false;
+}
+
 ListPage ModeBackend::list_page(std::string_view prefix, std::string_view after, std::size_t limit,
                                const std::string& bounded_sql, const std::string& open_sql,
                                const std::function<bool(Connection&, const Row&)>& keep) {
@@ -249,6 +258,7 @@ LockInfo ModeBackend::info(std::string key, const Row& row, std::size_t first) {
   if (const auto& held_us = row[first + 4]) {
     lock.held_for = std::chrono::milliseconds(std::max<std::int64_t>(std::stoll(*held_us), 0) / 1000);
   }
+  lock.evicted = !lock.owner.empty() && lock.hold_count == 0;
   return lock;
 }
 
@@ -334,13 +344,21 @@ bool DoorbellChannel::attempts_in_wait(const backend::AcquireRequest& request) {
 }
 
 bool DoorbellChannel::wait_until(std::chrono::steady_clock::time_point deadline) {
-  drop();  // a doorbell left from an attempt that failed
+  const bool guarding = std::exchange(guarding_, false);
+  if (!guarding) drop();  // a doorbell left from an attempt that failed
   const auto now = std::chrono::steady_clock::now();
   if (now >= deadline) return false;
   // The wait must end before the connection's read timeout would cut it.
   const auto cap = backend_.settings().connect.read_timeout - std::chrono::seconds(1);
   const auto left = std::min(std::chrono::duration_cast<std::chrono::microseconds>(deadline - now),
                              std::chrono::duration_cast<std::chrono::microseconds>(cap));
+  if (guarding) {
+    // Nobody rings a bell this session holds: look again after a pause, and at once when the
+    // evicted lease runs out (the holder's lease end bounds `deadline`).
+    backoff_ = std::clamp(backoff_ * 2, std::chrono::milliseconds(1), std::chrono::milliseconds(250));
+    std::this_thread::sleep_for(std::min<std::chrono::microseconds>(backoff_, left));
+    return false;
+  }
   if (backoff_.count() > 0) {
     // The doorbell was free while the key was held (its holder has no session ringing it):
     // back off instead of spinning, up to the holder's lease end that bounds `deadline`.

@@ -25,6 +25,9 @@ namespace dlock::backends::mysql {
 inline constexpr const char* kName = "mysql";
 inline constexpr int kDeadlockRetries = 20;
 inline constexpr std::size_t kMaxIdentifier = 64;
+// What a release of a holder evicted with a lock delay answers as its insert id (its
+// LAST_INSERT_ID): above any hold count, so it reads as "freed, but no longer ours".
+inline constexpr std::uint64_t kEvictedRelease = std::uint64_t{1} << 32;
 
 // Row mode: where the lock lives in the user's table.
 struct RowColumns {
@@ -116,6 +119,10 @@ class ModeBackend : public backend::Backend {
   Attempt attempt_for(const backend::AcquireRequest& request, bool unpinned);
   std::optional<std::uint64_t> remembered(std::string_view key, std::string_view owner);
   void forget(std::string_view key, std::string_view owner);
+  // Whether a lock of `key` (held, or evicted with a lock delay) was taken on this connection,
+  // whose session so keeps the key's doorbell for it: an attempt that finds the key held there
+  // must not give that bell back.
+  bool keeps_doorbell(std::string_view key, const Connection& connection);
 
   // A page of `list`. The statements return rows of (key, owner, token, holds, microseconds
   // left, ...) and take (first key, key past the prefix, `after`, row limit), or without the
@@ -123,7 +130,9 @@ class ModeBackend : public backend::Backend {
   ListPage list_page(std::string_view prefix, std::string_view after, std::size_t limit, const std::string& bounded_sql,
                      const std::string& open_sql, const std::function<bool(Connection&, const Row&)>& keep = {});
   // Force-release through `inspect_sql` (key[, bell]) and `force_sql` (key, owner, token[, bell]),
-  // retried while the key changes hands; `on_freed` runs after a successful eviction.
+  // retried while the key changes hands; `on_freed` runs after a successful eviction. A holder
+  // already evicted counts as held, so `force_sql` must change (or, with CLIENT_FOUND_ROWS,
+  // match) its row.
   std::optional<LockInfo> evict(std::string_view key, const std::string& inspect_sql, const std::string& force_sql,
                                 const std::string& bell = {},
                                 const std::function<void(Connection&, std::int64_t token)>& on_freed = {});
@@ -141,7 +150,8 @@ class ModeBackend : public backend::Backend {
     }
   }
   // A LockInfo from (owner, token, holds, microseconds left, microseconds since taken or NULL)
-  // starting at column `first`.
+  // starting at column `first`. Every mode marks a holder evicted with a lock delay the same
+  // way: an owner and no holds (a free key has no owner).
   static LockInfo info(std::string key, const Row& row, std::size_t first);
 
   // Lease and session modes: makes sure the lock table exists, creating it when allowed.
@@ -188,6 +198,13 @@ class DoorbellChannel final : public backend::WakeChannel {
 
   void arm() override {}
   bool attempts_in_wait(const backend::AcquireRequest& request) override;
+  // An attempt through this channel holds the bell, yet found the key closed to newcomers (an
+  // evicted holder whose session ended, so its bell was free): the channel keeps the bell, so
+  // that the other waiters sleep on it, and its next wait only pauses before looking again.
+  void guard_bell() noexcept {
+    holds_bell_ = true;
+    guarding_ = true;
+  }
   bool wait_until(std::chrono::steady_clock::time_point deadline) override;
   void abandon() noexcept override { drop(); }
 
@@ -213,6 +230,7 @@ class DoorbellChannel final : public backend::WakeChannel {
   std::unique_ptr<Takeover> takeover_;
   std::optional<Pool::Lease> connection_;  // replaced when the server ends it
   bool holds_bell_ = false;
+  bool guarding_ = false;  // see guard_bell()
   std::chrono::milliseconds backoff_{0};
   std::string owner_;  // of the waiting call, when the takeover attempts for it
   std::chrono::milliseconds ttl_{0};

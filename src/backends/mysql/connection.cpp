@@ -1,10 +1,12 @@
 #include "backends/mysql/connection.hpp"
 
 #include <errmsg.h>
+#include <fcntl.h>
 #include <poll.h>
 
 #include <algorithm>
 #include <atomic>
+#include <cerrno>
 #include <cstring>
 
 namespace dlock::backends::mysql {
@@ -69,6 +71,16 @@ Connection::Connection(const ConnectOptions& options) {
   if (options.ssl_mode != "disabled" && options.ssl_mode != "preferred" && !mysql_get_ssl_cipher(mysql_)) {
     mysql_close(mysql_);
     throw SqlError{CR_SSL_CONNECTION_ERROR, "the connection is not encrypted", true, false, true};
+  }
+  // Connector/C opens its socket inheritable: a command the program execs (dlock run's) would
+  // get an authenticated session, and in session mode keep the lock alive after dlock ends.
+  const int socket = static_cast<int>(mysql_get_socket(mysql_));
+  const int fd_flags = socket >= 0 ? ::fcntl(socket, F_GETFD) : -1;
+  if (fd_flags < 0 || ::fcntl(socket, F_SETFD, fd_flags | FD_CLOEXEC) != 0) {
+    SqlError error{CR_UNKNOWN_ERROR, std::string("cannot make the connection's socket close-on-exec: ") +
+                                         std::strerror(errno)};
+    mysql_close(mysql_);
+    throw error;
   }
   id_ = mysql_thread_id(mysql_);
   static std::atomic<std::uint64_t> next_serial{0};

@@ -21,6 +21,10 @@ std::string heir_slot(const std::string& bell) { return bell + ":heir"; }
 // straight to it in the same statement: the heir then only reads that it holds the key, and
 // a handoff costs one commit, not two. A heir whose session ended is passed over.
 //
+// A holder evicted with a lock delay keeps its row (owner, token, expiry) with hold_count 0,
+// which no other state has (a free row has no owner): nobody takes the row, the owner included,
+// until it expires or the holder's release frees it, which hands on and rings like a release.
+//
 // The statements of lease mode for one table. Every expiry is judged by UTC_TIMESTAMP(6),
 // the server's clock, fixed for the duration of a statement.
 struct LeaseSql {
@@ -54,15 +58,18 @@ struct LeaseSql {
     handed = "SELECT token FROM " + t +
              " WHERE name = ? AND owner = ? AND heir_owner = '' AND heir_session = CONNECTION_ID()";
     drop_slot = "SELECT RELEASE_LOCK(?)";
-    // After an acquire that changed nothing: the holder, and any doorbell taken for nothing.
-    // Parameters: bell, bell, key.
-    conflict = "SELECT " + info + ", IF(IS_USED_LOCK(?) <=> CONNECTION_ID(), RELEASE_LOCK(?), 0) FROM " + t + " WHERE name = ?";
+    // After an acquire that changed nothing: the holder, and any doorbell taken for nothing
+    // (not one this session keeps for a lock of the key it holds, or was evicted from).
+    // Parameters: kept, bell, bell, key.
+    conflict = "SELECT " + info + ", IF(? = 0 AND IS_USED_LOCK(?) <=> CONNECTION_ID(), RELEASE_LOCK(?), 0) FROM " + t +
+               " WHERE name = ?";
     // Parameters: key, owner.
     reentered = "SELECT token, hold_count FROM " + t + " WHERE name = ? AND owner = ?";
     // Parameters: ttl, key, owner, token.
     renew = "UPDATE " + t + " SET expires_at = UTC_TIMESTAMP(6) + INTERVAL ? MICROSECOND, renewals = renewals + 1"
-            " WHERE name = ? AND owner = ? AND token = ? AND expires_at > UTC_TIMESTAMP(6)";
-    // The holds left come back as the insert id. The last hold hands the key to a live heir
+            " WHERE name = ? AND owner = ? AND token = ? AND hold_count > 0 AND expires_at > UTC_TIMESTAMP(6)";
+    // The holds left come back as the insert id (kEvictedRelease for an evicted holder, whose
+    // release counts as its last hold's). The last hold hands the key to a live heir
     // (a new token, the heir's TTL, one hold; heir_owner '' and heir_session kept mark it
     // unclaimed) or frees the row, and rings the doorbell when this session holds it. Columns
     // are assigned left to right and later ones see the new values: after the first,
@@ -80,7 +87,9 @@ struct LeaseSql {
               " doorbell = IF(hold_count <= 1, IF(IS_USED_LOCK(?) <=> CONNECTION_ID(), 2 + 0 * RELEASE_LOCK(?), 0), doorbell),"
               " heir_owner = IF(hold_count <= 1, '', heir_owner),"
               " heir_session = IF(hold_count <= 1 AND owner = '', 0, heir_session),"
-              " hold_count = IF(" + handed_over + ", 1 + 0 * LAST_INSERT_ID(0), LAST_INSERT_ID(hold_count - 1))"
+              " hold_count = IF(hold_count = 0, IF(" + handed_over + ", 1, 0) + 0 * LAST_INSERT_ID(" +
+              std::to_string(kEvictedRelease) + "),"
+              " IF(" + handed_over + ", 1 + 0 * LAST_INSERT_ID(0), LAST_INSERT_ID(hold_count - 1)))"
               " WHERE name = ? AND owner = ? AND token = ? AND expires_at > UTC_TIMESTAMP(6)";
     drop_bell = "SELECT IF(IS_USED_LOCK(?) <=> CONNECTION_ID(), RELEASE_LOCK(?), 0)";
     inspect = "SELECT " + info + " FROM " + t + " WHERE name = ? AND " + live;
@@ -88,8 +97,13 @@ struct LeaseSql {
                    " ORDER BY name LIMIT ?";
     list_open = "SELECT name, " + info + " FROM " + t + " WHERE name >= ? AND name <> ? AND " + live +
                 " ORDER BY name LIMIT ?";
+    // Parameters: key, owner, token.
     force_release = "UPDATE " + t + " SET owner = '', hold_count = 0, expires_at = UTC_TIMESTAMP(6), doorbell = 0"
                     " WHERE name = ? AND owner = ? AND token = ? AND " + live;
+    // With a lock delay: everything stays but the holds (renewals changes the row of a holder
+    // evicted before). Parameters: key, owner, token.
+    evict = "UPDATE " + t + " SET hold_count = 0, renewals = renewals + 1 WHERE name = ? AND owner = ? AND token = ? AND " +
+            live;
     lock_floor = "SELECT v FROM " + seq + " WHERE id = 0 FOR UPDATE";
     idle_cutoff = "SELECT UTC_TIMESTAMP(6)";
     raise_floor = "UPDATE " + seq + " SET v = GREATEST(v, (SELECT COALESCE(MAX(token), 0) FROM " + t +
@@ -106,13 +120,14 @@ struct LeaseSql {
   // a ring, or expired, is open to anyone. A heir that takes the key so is a heir no more.
   // A heir (the flag) whose key was handed over after its last look claims it here: one hold,
   // the handover's token, the lease from now; counting that as a re-entry would leave a hold
-  // nobody releases.
+  // nobody releases. After the hold count, more than one hold means a re-entry, whose lease
+  // never shortens; an evicted owner's row (no holds) is not its own.
   static std::string acquire_sql(const std::string& t, const std::string& seq) {
     const std::string released =
         "(owner = '' AND (doorbell <> 2 OR VALUES(doorbell) = 1 OR expires_at <= UTC_TIMESTAMP(6) - INTERVAL 1 SECOND))";
     const std::string expired = "(owner <> '' AND expires_at <= UTC_TIMESTAMP(6))";
     const std::string take = "(" + released + " OR " + expired + ")";
-    const std::string mine = "(owner = VALUES(owner) AND expires_at > UTC_TIMESTAMP(6))";
+    const std::string mine = "(owner = VALUES(owner) AND hold_count > 0 AND expires_at > UTC_TIMESTAMP(6))";
     const std::string claimed = "(? AND " + mine + " AND heir_owner = '' AND heir_session = CONNECTION_ID())";
     const std::string heir_takes = "(" + take + " AND heir_session = CONNECTION_ID())";
     return "INSERT INTO " + t + " (name, owner, token, hold_count, acquired_at, expires_at, doorbell)"
@@ -127,11 +142,12 @@ struct LeaseSql {
            " heir_session = IF(" + heir_takes + " OR " + claimed + ", 0, heir_session),"
            " doorbell = IF(" + take + ", VALUES(doorbell), doorbell),"
            " owner = IF(" + take + ", VALUES(owner), owner),"
-           " expires_at = IF(owner = VALUES(owner), VALUES(expires_at), expires_at)";
+           " expires_at = IF(owner = VALUES(owner) AND hold_count > 0,"
+           " IF(hold_count > 1, GREATEST(expires_at, VALUES(expires_at)), VALUES(expires_at)), expires_at)";
   }
 
-  std::string acquire, become_heir, heir_wait, quit_heir, handed, drop_slot, conflict, reentered, renew, release, drop_bell, inspect, list_bounded, list_open, force_release,
-      lock_floor, idle_cutoff, raise_floor, delete_idle;
+  std::string acquire, become_heir, heir_wait, quit_heir, handed, drop_slot, conflict, reentered, renew, release, drop_bell,
+      inspect, list_bounded, list_open, force_release, evict, lock_floor, idle_cutoff, raise_floor, delete_idle;
 };
 
 // A waiter's side of the heir handoff (see LeaseSql), run by its doorbell channel.
@@ -230,7 +246,9 @@ class LeaseBackend final : public ModeBackend {
       return *acquired;
     }
     // Unchanged: someone else holds it. Report who, and give back a doorbell taken for nothing.
-    const auto rows = with_retries(request.key, [&] { return connection->query(sql_.conflict, {bell, bell, request.key}); });
+    const std::int64_t kept = keeps_doorbell(request.key, *connection) ? 1 : 0;
+    const auto rows =
+        with_retries(request.key, [&] { return connection->query(sql_.conflict, {kept, bell, bell, request.key}); });
     if (channel) channel->bell_settled();
     if (rows.empty()) throw BackendError("acquire of '" + std::string(request.key) + "' found no row", kName);
     const Row& row = rows[0];
@@ -266,8 +284,10 @@ class LeaseBackend final : public ModeBackend {
       return connection->execute(sql_.release,
                                  {slot, bell, bell, lease.key, lease.owner, static_cast<std::int64_t>(lease.token)});
     });
-    if (outcome.affected == 1 && outcome.insert_id > 0) return static_cast<std::uint32_t>(outcome.insert_id);
+    const bool evicted = outcome.affected == 1 && outcome.insert_id == kEvictedRelease;
+    if (outcome.affected == 1 && outcome.insert_id > 0 && !evicted) return static_cast<std::uint32_t>(outcome.insert_id);
     forget(lease.key, lease.owner);
+    if (evicted) return std::nullopt;  // freed, and rang, as its last release
     if (outcome.affected == 1) return 0u;
     // Lost: a doorbell this session still holds for it would keep waiters asleep.
     with_retries(lease.key, [&] { return connection->query(sql_.drop_bell, {bell, bell}); });
@@ -285,8 +305,8 @@ class LeaseBackend final : public ModeBackend {
     return list_page(prefix, after, limit, sql_.list_bounded, sql_.list_open);
   }
 
-  std::optional<LockInfo> force_release(std::string_view key, Eviction /*eviction*/) override {
-    return evict(key, sql_.inspect, sql_.force_release);
+  std::optional<LockInfo> force_release(std::string_view key, Eviction eviction) override {
+    return evict(key, sql_.inspect, eviction == Eviction::delayed ? sql_.evict : sql_.force_release);
   }
 
   std::size_t collect_idle() override {

@@ -2,6 +2,10 @@
 // key is a row's id; acquiring it is one UPDATE that takes the row when it is free or
 // expired and bumps its version, which is the fencing token; renew and release only touch
 // the row while its version still equals that token. Nothing is created.
+//
+// A holder evicted with a lock delay keeps owner, version and expiry, with no holds: a state no
+// other leaves (a release or an immediate eviction clears the owner). Nobody takes such a row,
+// the owner included, until it expires or the holder's release frees it.
 
 #include <mysqld_error.h>
 
@@ -54,33 +58,40 @@ struct RowSql {
     // Owners compare as bytes: under the owner column's collation 'Worker' may equal 'worker'.
     const std::string owner_is = "CAST(" + o + " AS BINARY) = ?";
     const std::string now = "UTC_TIMESTAMP(6)";
-    const std::string free = "(COALESCE(" + o + ", '') = '' OR COALESCE(" + h + ", 0) = 0 OR " + e + " IS NULL OR " +
-                             e + " <= " + now + ")";
+    // An owner with a live expiry holds the row, or was evicted from it (no holds).
+    const std::string free = "(COALESCE(" + o + ", '') = '' OR " + e + " IS NULL OR " + e + " <= " + now + ")";
     const std::string mine = "(" + owner_is + " AND " + h + " > 0 AND " + e + " > " + now + ")";
-    live = "COALESCE(" + o + ", '') <> '' AND " + h + " > 0 AND " + e + " > " + now;
+    live = "COALESCE(" + o + ", '') <> '' AND " + e + " > " + now;
     const std::string left = "TIMESTAMPDIFF(MICROSECOND, " + now + ", " + e + ") - " + std::to_string(round_up_us);
     // Columns are assigned left to right and later ones see the new values: the version and
-    // the hold count are decided on the old owner, then the owner and the expiry are written.
+    // the hold count are decided on the old owner, then the owner and the expiry are written
+    // (after the hold count, more than one hold means a re-entry, whose lease never shortens).
     // A take rings no one but tries the key's doorbell (GET_LOCK) so its release can ring it.
-    // Parameters: owner, bell, bell, owner, owner, ttl, key, owner.
+    // Parameters: owner, bell, bell, owner, owner, ttl, ttl, key, owner.
     acquire = "UPDATE " + t + " SET " + v + " = IF(" + mine + ", " + v + " + 0 * LAST_INSERT_ID(0), LAST_INSERT_ID(COALESCE(" +
               v + ", 0) + 1 + 0 * IF(IS_USED_LOCK(?) <=> CONNECTION_ID(), 1, COALESCE(GET_LOCK(?, 0), 0)))), " + h +
-              " = IF(" + mine + ", " + h + " + 1, 1), " + o + " = ?, " + e + " = " + now +
-              " + INTERVAL ? MICROSECOND WHERE " + id + " = ? AND (" + free + " OR " + mine + ")";
-    // Parameters: bell, bell, key.
+              " = IF(" + mine + ", " + h + " + 1, 1), " + o + " = ?, " + e + " = IF(" + h + " > 1, GREATEST(" + e + ", " +
+              now + " + INTERVAL ? MICROSECOND), " + now + " + INTERVAL ? MICROSECOND) WHERE " + id + " = ? AND (" + free +
+              " OR " + mine + ")";
+    // The holder, and any doorbell taken for nothing (not one this session keeps for a lock of
+    // the key it holds, or was evicted from). Parameters: kept, bell, bell, key.
     // The user's table records no acquisition time: NULL where the others give it.
     conflict = "SELECT " + o + ", " + v + ", " + h + ", " + left +
-               ", NULL, IF(IS_USED_LOCK(?) <=> CONNECTION_ID(), RELEASE_LOCK(?), 0) FROM " + t + " WHERE " + id + " = ?";
+               ", NULL, IF(? = 0 AND IS_USED_LOCK(?) <=> CONNECTION_ID(), RELEASE_LOCK(?), 0) FROM " + t + " WHERE " +
+               id + " = ?";
     reentered = "SELECT " + v + ", " + h + " FROM " + t + " WHERE " + id + " = ? AND " + owner_is;
-    const std::string ours = " WHERE " + id + " = ? AND " + owner_is + " AND " + v + " = ? AND " + h + " > 0 AND " + e +
-                             " > " + now;
+    // This acquisition's row, evicted or not.
+    const std::string acquisition = " WHERE " + id + " = ? AND " + owner_is + " AND " + v + " = ? AND " + e + " > " + now;
     // Parameters: ttl, key, owner, token.
-    renew = "UPDATE " + t + " SET " + e + " = " + now + " + INTERVAL ? MICROSECOND" + ours;
-    // The holds left come back as the insert id; the last hold rings the doorbell when this
-    // session holds it. Parameters: bell, bell, key, owner, token.
-    release = "UPDATE " + t + " SET " + o + " = IF(" + h + " <= 1, '', " + o + "), " + e + " = IF(" + h + " <= 1, " +
-              now + ", " + e + "), " + h + " = LAST_INSERT_ID(" + h + " - 1) + 0 * IF(" + h +
-              " <= 1 AND IS_USED_LOCK(?) <=> CONNECTION_ID(), RELEASE_LOCK(?), 0)" + ours;
+    renew = "UPDATE " + t + " SET " + e + " = " + now + " + INTERVAL ? MICROSECOND" + acquisition + " AND " + h + " > 0";
+    // The holds left come back as the insert id (kEvictedRelease for an evicted holder, whose
+    // release counts as its last hold's); the last hold rings the doorbell when this session
+    // holds it. Parameters: bell, bell, key, owner, token.
+    const std::string holds = "COALESCE(" + h + ", 0)";
+    release = "UPDATE " + t + " SET " + o + " = IF(" + holds + " <= 1, '', " + o + "), " + e + " = IF(" + holds + " <= 1, " +
+              now + ", " + e + "), " + h + " = IF(" + holds + " = 0, 0 * LAST_INSERT_ID(" + std::to_string(kEvictedRelease) +
+              "), LAST_INSERT_ID(" + h + " - 1)) + 0 * IF(" + holds +
+              " <= 1 AND IS_USED_LOCK(?) <=> CONNECTION_ID(), RELEASE_LOCK(?), 0)" + acquisition;
     const std::string info = o + ", " + v + ", " + h + ", " + left + ", NULL";
     inspect = "SELECT " + info + " FROM " + t + " WHERE " + id + " = ? AND " + live;
     // Byte order of the id's text, whatever the column's type and collation.
@@ -89,11 +100,14 @@ struct RowSql {
                    bytes + " <> ? AND " + live + " ORDER BY " + bytes + " LIMIT ?";
     list_open = "SELECT " + bytes + ", " + info + " FROM " + t + " WHERE " + bytes + " >= ? AND " + bytes + " <> ? AND " +
                 live + " ORDER BY " + bytes + " LIMIT ?";
+    // Parameters of both: key, owner, token. A lock delay keeps all but the holds; these
+    // connections count matched rows, so evicting an evicted holder again succeeds.
     force_release = "UPDATE " + t + " SET " + o + " = '', " + h + " = 0, " + e + " = " + now + " WHERE " + id + " = ? AND " +
                     owner_is + " AND " + v + " = ? AND " + live;
+    evict = "UPDATE " + t + " SET " + h + " = 0 WHERE " + id + " = ? AND " + owner_is + " AND " + v + " = ? AND " + live;
   }
 
-  std::string live, acquire, conflict, reentered, renew, release, inspect, list_bounded, list_open, force_release;
+  std::string live, acquire, conflict, reentered, renew, release, inspect, list_bounded, list_open, force_release, evict;
 };
 
 class RowBackend final : public ModeBackend {
@@ -117,7 +131,7 @@ class RowBackend final : public ModeBackend {
     Connection* connection = attempt.connection;
     const std::int64_t ttl = expiry_us(request.ttl);
     const auto outcome = with_retries(request.key, [&] {
-      return connection->execute(sql_.acquire, {request.owner, bell, bell, request.owner, request.owner, ttl,
+      return connection->execute(sql_.acquire, {request.owner, bell, bell, request.owner, request.owner, ttl, ttl,
                                                 request.key, request.owner});
     });
     if (outcome.affected == 1 && outcome.insert_id != 0) {  // taken: the new version is the token
@@ -133,7 +147,9 @@ class RowBackend final : public ModeBackend {
       if (rows.empty()) throw BackendError("a re-entry of '" + std::string(request.key) + "' left no row", kName);
       return backend::Acquired{to_u64(rows[0][0]), static_cast<std::uint32_t>(to_u64(rows[0][1]))};
     }
-    const auto rows = with_retries(request.key, [&] { return connection->query(sql_.conflict, {bell, bell, request.key}); });
+    const std::int64_t kept = keeps_doorbell(request.key, *connection) ? 1 : 0;
+    const auto rows =
+        with_retries(request.key, [&] { return connection->query(sql_.conflict, {kept, bell, bell, request.key}); });
     if (attempt.channel) attempt.channel->bell_settled();
     if (rows.empty()) {
       throw InvalidArgument("row mode locks rows that exist: table '" + settings_.table + "' has no row with `" +
@@ -163,8 +179,10 @@ class RowBackend final : public ModeBackend {
       return connection->execute(sql_.release,
                                  {bell, bell, lease.key, lease.owner, static_cast<std::int64_t>(lease.token)});
     });
-    if (outcome.affected == 1 && outcome.insert_id > 0) return static_cast<std::uint32_t>(outcome.insert_id);
+    const bool evicted = outcome.affected == 1 && outcome.insert_id == kEvictedRelease;
+    if (outcome.affected == 1 && outcome.insert_id > 0 && !evicted) return static_cast<std::uint32_t>(outcome.insert_id);
     forget(lease.key, lease.owner);
+    if (evicted) return std::nullopt;  // freed, and rang, as its last release
     if (outcome.affected == 1) return 0u;
     with_retries(lease.key, [&] {
       return connection->query("SELECT IF(IS_USED_LOCK(?) <=> CONNECTION_ID(), RELEASE_LOCK(?), 0)", {bell, bell});
@@ -184,9 +202,9 @@ class RowBackend final : public ModeBackend {
     return list_page(prefix, after, limit, sql_.list_bounded, sql_.list_open);
   }
 
-  std::optional<LockInfo> force_release(std::string_view key, Eviction /*eviction*/) override {
+  std::optional<LockInfo> force_release(std::string_view key, Eviction eviction) override {
     if (!key_fits(key)) return std::nullopt;
-    return evict(key, sql_.inspect, sql_.force_release);
+    return evict(key, sql_.inspect, eviction == Eviction::delayed ? sql_.evict : sql_.force_release);
   }
 
  private:

@@ -4,6 +4,15 @@
 // The lock table keeps what GET_LOCK cannot: the owner, the hold count and a fencing token,
 // and which connection holds the lock (session_id), so every check of a row is also a check
 // that its session is still alive.
+//
+// A holder evicted with a lock delay keeps its row (owner, token, expiry) with hold_count 0,
+// and its connection keeps the GET_LOCK: waiters sleep on it as before, and the holder's
+// release frees both. The row alone keeps the key closed (no acquire takes it, whoever holds
+// the GET_LOCK) until that release or the expiry by the server's clock, so the key stays
+// closed even when the holder's connection ends meanwhile: then the first waiter the server
+// grants the GET_LOCK keeps it, the others sleeping on it, and looks at the row now and then.
+// A holder whose connection outlives its expiry without releasing is ended (KILL) by the
+// first acquire that finds it so.
 
 #include <mysqld_error.h>
 
@@ -31,54 +40,79 @@ struct SessionSql {
     // statement (the first parameter, from the client's own records): connection ids repeat
     // after a server restart, so a row naming this id may be a dead session's.
     const std::string mine = "(? AND owner = VALUES(owner) AND session_id = CONNECTION_ID() AND hold_count > 0)";
+    // Evicted with a lock delay, and not yet expired: nobody takes the row.
+    const std::string closed = "(owner <> '' AND hold_count = 0 AND expires_at > " + now + ")";
     // The SELECT yields a row only when this session holds the key's GET_LOCK, taking it if
-    // free; then whatever the row says is stale unless it is ours. Columns are assigned left
-    // to right: `owner` after everything that tests the old owner.
+    // free; then whatever the row says is stale unless it is ours or closed. Columns are
+    // assigned left to right: `owner` after everything that tests the old owner; after the hold
+    // count, `closed` still holds for a closed row only, and more than one hold means a
+    // re-entry, whose lease never shortens.
     // Parameters: key, owner, ttl, bell, bell, known, known, known.
     acquire = "INSERT INTO " + t + " (name, owner, token, hold_count, acquired_at, expires_at, session_id)"
               " SELECT ?, ?, LAST_INSERT_ID(v + 1), 1, " + now + ", " + now + " + INTERVAL ? MICROSECOND, CONNECTION_ID()"
               " FROM " + seq + " WHERE id = 0 AND (IS_USED_LOCK(?) <=> CONNECTION_ID() OR GET_LOCK(?, 0) = 1)"
               " LOCK IN SHARE MODE"
               " ON DUPLICATE KEY UPDATE"
-              " token = IF(" + mine + ", token + 0 * LAST_INSERT_ID(0), LAST_INSERT_ID(token + 1)),"
-              " hold_count = IF(" + mine + ", hold_count + 1, 1),"
-              " acquired_at = IF(" + mine + ", acquired_at, VALUES(acquired_at)),"
-              " owner = VALUES(owner), session_id = CONNECTION_ID(), expires_at = VALUES(expires_at),"
-              " renewals = renewals + 1";
+              " token = IF(" + closed + ", token, IF(" + mine + ", token + 0 * LAST_INSERT_ID(0), LAST_INSERT_ID(token + 1))),"
+              " hold_count = IF(" + closed + ", hold_count, IF(" + mine + ", hold_count + 1, 1)),"
+              " acquired_at = IF(" + closed + " OR " + mine + ", acquired_at, VALUES(acquired_at)),"
+              " owner = IF(" + closed + ", owner, VALUES(owner)),"
+              " session_id = IF(" + closed + ", session_id, CONNECTION_ID()),"
+              " expires_at = IF(" + closed + ", expires_at,"
+              " IF(hold_count > 1, GREATEST(expires_at, VALUES(expires_at)), VALUES(expires_at))),"
+              " renewals = IF(" + closed + ", renewals, renewals + 1)";
     reentered = "SELECT token, hold_count FROM " + t + " WHERE name = ? AND owner = ?";
     const std::string live = " AND hold_count > 0 AND session_id = IS_USED_LOCK(?)";
+    // A live holder, or one evicted with a lock delay whose lease has not run out.
+    const std::string held = " AND ((hold_count > 0 AND session_id = IS_USED_LOCK(?)) OR (hold_count = 0 AND expires_at > " +
+                             now + "))";
     const std::string left = "IF(expires_at > " + now + ", TIMESTAMPDIFF(MICROSECOND, " + now + ", expires_at), " +
                              std::to_string(kOverdueRecheckUs) + ")";
     const std::string info = "owner, token, hold_count, " + left + ", TIMESTAMPDIFF(MICROSECOND, acquired_at, " + now + ")";
-    // Parameters: bell, key. The last column says whether the row's session holds the lock.
-    conflict = "SELECT " + info + ", session_id = IS_USED_LOCK(?) FROM " + t + " WHERE name = ?";
+    // Parameters: bell, bell, key. The last columns say whether the row's session holds the
+    // lock, whether the row is closed, whether this session holds the lock, and the row's
+    // session.
+    conflict = "SELECT " + info + ", session_id = IS_USED_LOCK(?), " + closed +
+               ", IS_USED_LOCK(?) <=> CONNECTION_ID(), session_id FROM " + t + " WHERE name = ?";
     // Another connection of the same owner holds it (an explicit owner shared by clients).
     // The new hold count comes back as the insert id. Parameters: ttl, key, owner, token, bell.
-    reenter_elsewhere = "UPDATE " + t + " SET hold_count = LAST_INSERT_ID(hold_count + 1), expires_at = " + now +
-                        " + INTERVAL ? MICROSECOND WHERE name = ? AND owner = ? AND token = ?" + live;
+    reenter_elsewhere = "UPDATE " + t + " SET hold_count = LAST_INSERT_ID(hold_count + 1), expires_at = GREATEST(expires_at, " +
+                        now + " + INTERVAL ? MICROSECOND) WHERE name = ? AND owner = ? AND token = ?" + live;
     const std::string ours = " WHERE name = ? AND owner = ? AND token = ?" + live;
     // Parameters: ttl, key, owner, token, bell.
     renew = "UPDATE " + t + " SET expires_at = " + now + " + INTERVAL ? MICROSECOND, renewals = renewals + 1" + ours;
     // The last hold frees the row, and the lock with it when this connection holds it. The
-    // holds left come back as the insert id. Parameters: bell, key, owner, token, bell.
+    // holds left come back as the insert id (kEvictedRelease for an evicted holder, whose
+    // release counts as its last hold's). Parameters: bell, bell, key, owner, token, bell.
     release = "UPDATE " + t + " SET owner = IF(hold_count <= 1, '', owner),"
               " expires_at = IF(hold_count <= 1, " + now + ", expires_at),"
-              " session_id = IF(hold_count <= 1 AND session_id = CONNECTION_ID(), 0 * RELEASE_LOCK(?), session_id),"
-              " hold_count = LAST_INSERT_ID(hold_count - 1)" + ours;
+              " session_id = IF(hold_count <= 1 AND session_id = CONNECTION_ID() AND IS_USED_LOCK(?) <=> CONNECTION_ID(),"
+              " 0 * RELEASE_LOCK(?), session_id),"
+              " hold_count = IF(hold_count = 0, 0 * LAST_INSERT_ID(" + std::to_string(kEvictedRelease) +
+              "), LAST_INSERT_ID(hold_count - 1)) WHERE name = ? AND owner = ? AND token = ?" + held;
     drop_bell = "SELECT IF(IS_USED_LOCK(?) <=> CONNECTION_ID(), RELEASE_LOCK(?), 0)";
+    // The lock of an acquisition whose release came too late (evicted, then its lease ran
+    // out), which this connection still holds: not a newer one's. Parameters: bell, key,
+    // owner, token, bell.
+    drop_expired = "SELECT IF(IS_USED_LOCK(?) <=> CONNECTION_ID() AND EXISTS (SELECT 1 FROM " + t +
+                   " WHERE name = ? AND owner = ? AND token = ? AND session_id = CONNECTION_ID()), RELEASE_LOCK(?), 0)";
     // Parameters: key, bell.
-    inspect = "SELECT " + info + " FROM " + t + " WHERE name = ? AND owner <> ''" + live;
+    inspect = "SELECT " + info + " FROM " + t + " WHERE name = ? AND owner <> ''" + held;
     // A session is checked per row through its bell, which only the client can name: the
-    // query returns the session and the client asks the server about each bell.
-    list_bounded = "SELECT name, " + info + ", session_id FROM " + t +
-                   " WHERE name >= ? AND name < ? AND name <> ? AND owner <> '' AND hold_count > 0 ORDER BY name LIMIT ?";
-    list_open = "SELECT name, " + info + ", session_id FROM " + t +
-                " WHERE name >= ? AND name <> ? AND owner <> '' AND hold_count > 0 ORDER BY name LIMIT ?";
+    // query returns the session and the client asks the server about each bell (not for an
+    // evicted holder, whose lease alone counts).
+    const std::string listed = " AND owner <> '' AND (hold_count > 0 OR expires_at > " + now + ") ORDER BY name LIMIT ?";
+    list_bounded = "SELECT name, " + info + ", session_id FROM " + t + " WHERE name >= ? AND name < ? AND name <> ?" + listed;
+    list_open = "SELECT name, " + info + ", session_id FROM " + t + " WHERE name >= ? AND name <> ?" + listed;
     session_of = "SELECT IS_USED_LOCK(?)";
-    // Parameters: key, owner, token, bell.
-    force_release = "UPDATE " + t + " SET owner = '', hold_count = 0, expires_at = " + now + ours;
-    // Parameters: key, token.
-    orphaned = "SELECT session_id FROM " + t + " WHERE name = ? AND token = ? AND owner = '' AND session_id <> 0";
+    // Parameters of both: key, owner, token, bell. A lock delay keeps all but the holds
+    // (renewals changes the row of a holder evicted before), and the holder's connection.
+    force_release = "UPDATE " + t + " SET owner = '', hold_count = 0, expires_at = " + now +
+                    " WHERE name = ? AND owner = ? AND token = ?" + held;
+    evict = "UPDATE " + t + " SET hold_count = 0, renewals = renewals + 1 WHERE name = ? AND owner = ? AND token = ?" + held;
+    // The session still holding the lock of a freed row. Parameters: key, token, bell.
+    orphaned = "SELECT session_id FROM " + t +
+               " WHERE name = ? AND token = ? AND owner = '' AND session_id <> 0 AND session_id = IS_USED_LOCK(?)";
     settle = "UPDATE " + t + " SET session_id = 0 WHERE name = ? AND token = ? AND owner = ''";
     lock_floor = "SELECT v FROM " + seq + " WHERE id = 0 FOR UPDATE";
     // Rows of live sessions keep an owner; a row whose session died keeps its owner too until
@@ -88,8 +122,8 @@ struct SessionSql {
     delete_idle = "DELETE FROM " + t + " WHERE owner = ''";
   }
 
-  std::string acquire, reentered, conflict, reenter_elsewhere, renew, release, drop_bell, inspect, list_bounded,
-      list_open, session_of, force_release, orphaned, settle, lock_floor, raise_floor, delete_idle;
+  std::string acquire, reentered, conflict, reenter_elsewhere, renew, release, drop_bell, drop_expired, inspect, list_bounded,
+      list_open, session_of, force_release, evict, orphaned, settle, lock_floor, raise_floor, delete_idle;
 };
 
 class SessionBackend final : public ModeBackend {
@@ -131,14 +165,34 @@ class SessionBackend final : public ModeBackend {
       if (rows.empty()) throw BackendError("a re-entry of '" + std::string(request.key) + "' left no row", kName);
       return backend::Acquired{to_u64(rows[0][0]), static_cast<std::uint32_t>(to_u64(rows[0][1]))};
     }
-    // Another connection holds the lock.
-    const auto rows = with_retries(request.key, [&] { return connection->query(sql_.conflict, {bell, request.key}); });
-    const bool live = !rows.empty() && rows[0][5] == std::optional<std::string>("1");
+    // Another connection holds the lock, or the row is closed.
+    const auto rows = with_retries(request.key, [&] { return connection->query(sql_.conflict, {bell, bell, request.key}); });
+    const auto yes = std::optional<std::string>("1");
+    const bool live = !rows.empty() && rows[0][5] == yes;
+    if (!rows.empty() && rows[0][6] == yes) {
+      // Evicted with a lock delay. This session took the lock, whose holder's connection ended,
+      // for nothing: a waiter keeps it (the others sleep on it); anyone else gives it back.
+      if (rows[0][7] == yes && !known) {
+        if (attempt.channel) {
+          attempt.channel->guard_bell();
+        } else {
+          drop_bell(*connection, bell);
+        }
+      }
+      return backend::Held{info(std::string(request.key), rows[0], 0)};
+    }
     if (!live) {
       // Its holder has the lock but has not written the row yet (a woken waiter taking over).
       return backend::Held{LockInfo{std::string(request.key), "(being handed to a waiting client)", 0, 1, kHandoffRecheck}};
     }
     LockInfo holder = info(std::string(request.key), rows[0], 0);
+    if (holder.evicted) {
+      // Evicted, its lease over, and its connection still holds the lock: end it. Waiters get
+      // the lock from the server once the session is gone.
+      kill_session(*connection, request.key, to_u64(rows[0][8]));
+      holder.ttl_left = kHandoffRecheck;
+      return backend::Held{std::move(holder)};
+    }
     if (holder.owner == request.owner) {
       const auto token = static_cast<std::int64_t>(holder.token);
       const auto again = with_retries(request.key, [&] {
@@ -165,14 +219,24 @@ class SessionBackend final : public ModeBackend {
     const bool on_holder = remembered(lease.key, lease.owner) == connection->serial();
     const auto token = static_cast<std::int64_t>(lease.token);
     const auto outcome = with_retries(lease.key, [&] {
-      return connection->execute(sql_.release, {bell, lease.key, lease.owner, token, bell});
+      return connection->execute(sql_.release, {bell, bell, lease.key, lease.owner, token, bell});
     });
-    if (outcome.affected == 1 && outcome.insert_id > 0) return static_cast<std::uint32_t>(outcome.insert_id);
+    const bool evicted = outcome.affected == 1 && outcome.insert_id == kEvictedRelease;
+    if (outcome.affected == 1 && outcome.insert_id > 0 && !evicted) return static_cast<std::uint32_t>(outcome.insert_id);
     forget(lease.key, lease.owner);
-    if (outcome.affected != 1) return std::nullopt;
+    if (outcome.affected != 1) {
+      // Lost. The holder's connection still has the lock when its lease ran out after an
+      // eviction: it would keep the key, and go back to the pool with it.
+      with_retries(lease.key, [&] {
+        return connection->query(sql_.drop_expired, {bell, lease.key, lease.owner, token, bell});
+      });
+      return std::nullopt;
+    }
     // The last hold, released from a connection other than the holder's (a shared explicit
-    // owner): the lock ends with the holder's connection.
+    // owner, or the holder's connection ended after an eviction): the lock ends with the
+    // holder's connection, if it still has it.
     if (!on_holder) end_orphaned_session(*connection, lease.key, token, bell);
+    if (evicted) return std::nullopt;  // freed, as its last release
     return 0u;
   }
 
@@ -187,13 +251,17 @@ class SessionBackend final : public ModeBackend {
   ListPage list(std::string_view prefix, std::string_view after, std::size_t limit) override {
     // Keep the rows whose session still holds the key's lock.
     return list_page(prefix, after, limit, sql_.list_bounded, sql_.list_open, [&](Connection& c, const Row& row) {
+      if (row[3] == std::optional<std::string>("0")) return true;  // evicted: its lease counts, not its session
       const auto holder = c.query(sql_.session_of, {bell_name(row[0].value_or(""))});
       return !holder.empty() && holder[0][0] == row[6];
     });
   }
 
-  std::optional<LockInfo> force_release(std::string_view key, Eviction /*eviction*/) override {
+  std::optional<LockInfo> force_release(std::string_view key, Eviction eviction) override {
     const std::string bell = bell_name(key);
+    // With a lock delay the holder's connection keeps the lock (waiters sleep on it) until its
+    // release; at once, it is ended.
+    if (eviction == Eviction::delayed) return evict(key, sql_.inspect, sql_.evict, bell);
     return evict(key, sql_.inspect, sql_.force_release, bell, [&](Connection& connection, std::int64_t token) {
       end_orphaned_session(connection, key, token, bell);
     });
@@ -219,27 +287,32 @@ class SessionBackend final : public ModeBackend {
     }
   }
 
-  // A freed row whose lock is still held by another connection: end that connection (it
-  // holds this lock only), then mark the row settled.
+  // Ends connection `session`, which holds the key's lock (and no other: one per connection).
+  void kill_session(Connection& connection, std::string_view key, std::uint64_t session) {
+    try {
+      connection.run("KILL CONNECTION " + std::to_string(session));
+    } catch (const SqlError& e) {
+      if (e.code == ER_KILL_DENIED_ERROR) {
+        throw ConfigurationError("session mode frees a lock held by another connection by ending it, but user '" +
+                                     settings_.connect.user + "' may not end connection " + std::to_string(session) +
+                                     " (MySQL error " + std::to_string(e.code) + ": " + e.message +
+                                     "); grant CONNECTION ADMIN (MariaDB) or run every client as one user",
+                                 kName);
+      }
+      if (e.code != ER_NO_SUCH_THREAD) raise(e, settings_, key);
+    }
+  }
+
+  // A freed row whose lock is still held by the connection it names: end that connection,
+  // then mark the row settled.
   void end_orphaned_session(Connection& connection, std::string_view key, std::int64_t token, const std::string& bell) {
-    const auto rows = with_retries(key, [&] { return connection.query(sql_.orphaned, {key, token}); });
-    if (rows.empty()) return;  // released by its own connection
+    const auto rows = with_retries(key, [&] { return connection.query(sql_.orphaned, {key, token, bell}); });
+    if (rows.empty()) return;  // released by its own connection, or that connection is gone
     const std::uint64_t session = to_u64(rows[0][0]);
     if (session == connection.id()) {
       drop_bell(connection, bell);
     } else {
-      try {
-        connection.run("KILL CONNECTION " + std::to_string(session));
-      } catch (const SqlError& e) {
-        if (e.code == ER_KILL_DENIED_ERROR) {
-          throw ConfigurationError("session mode frees a lock held by another connection by ending it, but user '" +
-                                       settings_.connect.user + "' may not end connection " + std::to_string(session) +
-                                       " (MySQL error " + std::to_string(e.code) + ": " + e.message +
-                                       "); grant CONNECTION ADMIN (MariaDB) or run every client as one user",
-                                   kName);
-        }
-        if (e.code != ER_NO_SUCH_THREAD) raise(e, settings_, key);
-      }
+      kill_session(connection, key, session);
       // KILL returns before the session is gone; the key is free when its lock is.
       const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(5);
       while (std::chrono::steady_clock::now() < deadline) {

@@ -538,7 +538,9 @@ void MysqlFault::killed_connection(const std::string& url) {
   // session backs off until the holder's lease end, which the release cut short.
   EXPECT_LT(waited, ttl + 2s) << "the waiter took " << ms(waited) << " ms to notice the release";
   std::fprintf(stderr, "the waiter had the key %lld ms after release\n", ms(waited));
-  EXPECT_FALSE(holder_client.inspect("k"));
+  const auto left = holder_client.inspect("k");
+  EXPECT_FALSE(left) << "still held by " << left->owner << " (token " << left->token << ", " << left->hold_count
+                     << " holds; the holder's token was " << token << ", the waiter's " << result.token << ")";
 }
 
 TEST_F(MysqlFault, KilledConnection) {
