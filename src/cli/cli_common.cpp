@@ -89,14 +89,18 @@ std::string url_with_password(const std::string& url, const std::string& passwor
 }
 
 Client open_client(const GlobalOptions& global) {
-  const auto password = given_password(global);
-  if (!password) return Client::open(global.url);
   std::string url = global.url;
   if (url.empty()) {
     const char* env = std::getenv("DLOCK_URL");  // NOLINT(concurrency-mt-unsafe): nothing calls setenv
     url = env && *env ? env : Client::embedded_default_url();
   }
-  return Client::open(url_with_password(url, *password));
+  // A store on this host (sqlite:///path) has no password: one from the environment, meant for
+  // a server, is not for it; one given with --password-file is refused by the store, by name.
+  const auto userinfo = find_userinfo(url);
+  const bool names_a_server = userinfo && url.find_first_of("/?", userinfo->begin) != userinfo->begin;
+  if (!names_a_server && global.password_file.empty()) return Client::open(url);
+  const auto password = given_password(global);
+  return Client::open(password ? url_with_password(url, *password) : url);
 }
 
 std::vector<std::string> hide_url_passwords(int argc, char** argv) {

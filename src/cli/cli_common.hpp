@@ -23,8 +23,9 @@ struct GlobalOptions {
   bool json = false;
 };
 
-// Opens the client named by the global options (Client::open handles DLOCK_URL and the default),
-// with the password from --password-file, DLOCK_PASSWORD_FILE or DLOCK_PASSWORD when one is given.
+// Opens the client named by the global options (--url, DLOCK_URL, the embedded default), with
+// the password from --password-file, DLOCK_PASSWORD_FILE or DLOCK_PASSWORD when one is given
+// and the URL names a server.
 Client open_client(const GlobalOptions& global);
 // True when a password comes from --password-file, DLOCK_PASSWORD_FILE or DLOCK_PASSWORD.
 bool password_given(const GlobalOptions& global);

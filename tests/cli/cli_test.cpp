@@ -56,21 +56,14 @@ bool contains(const std::string& text, const std::string& part) {
 class CliTest : public ::testing::Test {
  protected:
   void SetUp() override {
-    std::string pattern = (std::filesystem::temp_directory_path() / "dlock-cli-XXXXXX").string();
-    ASSERT_NE(::mkdtemp(pattern.data()), nullptr);
-    dir_ = pattern;
+    dir_ = dlock::test::make_temp_dir("dlock-cli");
     url_ = "sqlite://" + dir_ + "/locks.db";
   }
   void TearDown() override { std::filesystem::remove_all(dir_); }
 
   // The test's environment with DLOCK_URL naming this test's database.
   std::vector<std::string> env(const std::string& url) const {
-    std::vector<std::string> vars;
-    for (char** entry = environ; *entry != nullptr; ++entry) {
-      if (!std::string_view(*entry).starts_with("DLOCK_")) vars.emplace_back(*entry);
-    }
-    vars.push_back("DLOCK_URL=" + url);
-    return vars;
+    return dlock::test::environment_without_dlock({"DLOCK_URL=" + url});
   }
 
   std::unique_ptr<Process> start(std::vector<std::string> args, const std::string& url = {}) const {

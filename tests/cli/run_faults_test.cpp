@@ -152,9 +152,7 @@ std::map<int, std::string> listed_descriptors(const std::string& listing) {
 class RunFaultsTest : public ::testing::Test {
  protected:
   void SetUp() override {
-    std::string pattern = (std::filesystem::temp_directory_path() / "dlock-run-faults-XXXXXX").string();
-    ASSERT_NE(::mkdtemp(pattern.data()), nullptr);
-    dir_ = pattern;
+    dir_ = dlock::test::make_temp_dir("dlock-run-faults");
     // The servers are shared: a key of this run's own.
     key_ = "run-faults/" + dlock::test::random_hex(12);
   }
@@ -163,11 +161,7 @@ class RunFaultsTest : public ::testing::Test {
   // dlock with the test's environment, DLOCK_URL=`url` and `extra` (NAME=VALUE).
   std::unique_ptr<Process> start(const std::string& url, std::vector<std::string> args,
                                  const std::vector<std::string>& extra = {}) const {
-    std::vector<std::string> vars;
-    for (char** entry = environ; *entry != nullptr; ++entry) {
-      if (!std::string_view(*entry).starts_with("DLOCK_")) vars.emplace_back(*entry);
-    }
-    vars.push_back("DLOCK_URL=" + url);
+    std::vector<std::string> vars = dlock::test::environment_without_dlock({"DLOCK_URL=" + url});
     vars.insert(vars.end(), extra.begin(), extra.end());
     args.insert(args.begin(), kDlock);
     return std::make_unique<Process>(args, vars);
@@ -267,22 +261,23 @@ class RunFaultsTest : public ::testing::Test {
         << result.out;
   }
 
-  // `url` has a password; DLOCK_PASSWORD is set too. Neither reaches the command, which still
-  // learns the store's URL.
+  // The store's password, in DLOCK_URL or in DLOCK_PASSWORD, never reaches the command, which
+  // still learns the store's URL.
   void password_stays_out_of_the_command(const std::string& url) {
     const std::string password = password_of(url);
     ASSERT_FALSE(password.empty()) << "the server's URL has no password to hide";
-    const std::string secret = "secret-" + dlock::test::random_hex(8);
-    const Result result = start(url, {"run", key_, "--", "env"}, {"DLOCK_PASSWORD=" + secret})->wait(30s);
-    ASSERT_EQ(result.exit_code, 0) << result.err;
-    EXPECT_FALSE(contains(result.out, password)) << "the URL's password reached the command";
-    EXPECT_FALSE(contains(result.out, secret)) << "DLOCK_PASSWORD's value reached the command";
-    // The command's environment, printed with the secrets hidden.
-    const std::string shown =
-        replace_all(replace_all(result.out, password, "<password>"), secret, "<secret>");
-    EXPECT_FALSE(contains(result.out, "DLOCK_PASSWORD=")) << shown;
-    EXPECT_TRUE(has_line(result.out, "DLOCK_URL=" + without_password(url))) << shown;
-    EXPECT_TRUE(has_line(result.out, "DLOCK_KEY=" + key_)) << shown;
+    const std::string bare = without_password(url);
+    for (const bool in_url : {true, false}) {
+      SCOPED_TRACE(in_url ? "password in DLOCK_URL" : "password in DLOCK_PASSWORD");
+      const std::vector<std::string> extra = in_url ? std::vector<std::string>{} : std::vector{"DLOCK_PASSWORD=" + password};
+      const Result result = start(in_url ? url : bare, {"run", key_, "--", "env"}, extra)->wait(30s);
+      const std::string shown = replace_all(result.out + result.err, password, "<password>");
+      ASSERT_EQ(result.exit_code, 0) << shown;
+      EXPECT_FALSE(contains(result.out, password)) << "the password reached the command:\n" << shown;
+      EXPECT_FALSE(contains(result.out, "DLOCK_PASSWORD=")) << shown;
+      EXPECT_TRUE(has_line(result.out, "DLOCK_URL=" + bare)) << shown;
+      EXPECT_TRUE(has_line(result.out, "DLOCK_KEY=" + key_)) << shown;
+    }
   }
 
   std::string dir_;

@@ -115,9 +115,7 @@ std::string random_secret() {
 class ServeTest : public ::testing::Test {
  protected:
   void SetUp() override {
-    std::string pattern = (std::filesystem::temp_directory_path() / "dlock-serve-XXXXXX").string();
-    ASSERT_NE(::mkdtemp(pattern.data()), nullptr);
-    dir_ = pattern;
+    dir_ = dlock::test::make_temp_dir("dlock-serve");
     // NOLINTNEXTLINE(concurrency-mt-unsafe): read before any thread starts
     const char* server = std::getenv("DLOCK_SERVE_TEST_URL");
     if (server && *server) {
@@ -139,12 +137,7 @@ class ServeTest : public ::testing::Test {
   // The test's environment without DLOCK_* variables (a DLOCK_SERVE_TOKEN of the caller's
   // must not leak in), plus `extra`.
   static std::vector<std::string> env(const std::vector<std::string>& extra = {}) {
-    std::vector<std::string> vars;
-    for (char** entry = environ; *entry != nullptr; ++entry) {
-      if (!std::string_view(*entry).starts_with("DLOCK_")) vars.emplace_back(*entry);
-    }
-    vars.insert(vars.end(), extra.begin(), extra.end());
-    return vars;
+    return dlock::test::environment_without_dlock(extra);
   }
 
   std::vector<std::string> serve_command(const std::vector<std::string>& options) const {

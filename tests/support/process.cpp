@@ -9,10 +9,14 @@
 #include <unistd.h>
 
 #include <cstdlib>
+#include <filesystem>
+#include <string_view>
 #include <fstream>
 #include <stdexcept>
 #include <system_error>
 #include <thread>
+
+extern char** environ;
 
 namespace dlock::test {
 
@@ -154,6 +158,21 @@ bool is_dead(pid_t pid) {
   const auto paren = line.rfind(')');
   return paren == std::string::npos || paren + 2 >= line.size() || line[paren + 2] == 'Z' ||
          line[paren + 2] == 'X';
+}
+
+std::string make_temp_dir(const std::string& prefix) {
+  std::string pattern = (std::filesystem::temp_directory_path() / (prefix + "-XXXXXX")).string();
+  if (::mkdtemp(pattern.data()) == nullptr) throw std::system_error(errno, std::generic_category(), "mkdtemp " + pattern);
+  return pattern;
+}
+
+std::vector<std::string> environment_without_dlock(const std::vector<std::string>& extra) {
+  std::vector<std::string> vars;
+  for (char** entry = environ; *entry != nullptr; ++entry) {
+    if (!std::string_view(*entry).starts_with("DLOCK_")) vars.emplace_back(*entry);
+  }
+  vars.insert(vars.end(), extra.begin(), extra.end());
+  return vars;
 }
 
 }  // namespace dlock::test

@@ -26,6 +26,11 @@ const char* dlock_binary();
 // "a b c", for messages.
 std::string describe(const std::vector<std::string>& argv);
 
+// A new directory under the system's temporary directory, named PREFIX-XXXXXX.
+std::string make_temp_dir(const std::string& prefix);
+// This process's environment without any DLOCK_* variable, then `extra` (NAME=VALUE each).
+std::vector<std::string> environment_without_dlock(const std::vector<std::string>& extra = {});
+
 // True once `pid` has exited. Zombies count as dead: the container's init may never reap the
 // orphans of a killed dlock.
 bool is_dead(pid_t pid);

@@ -3,6 +3,7 @@
 #include <algorithm>
 
 #include "core/log.hpp"
+#include "core/signal_free_thread.hpp"
 
 namespace dlock::backends::redis {
 namespace {
@@ -14,7 +15,7 @@ constexpr std::chrono::milliseconds kLastRetry{2'000};
 
 Subscriber::Subscriber(Endpoint endpoint, std::string channel, std::function<void(std::string_view)> message)
     : endpoint_(std::move(endpoint)), channel_(std::move(channel)), message_(std::move(message)),
-      thread_([this] { run(); }) {}
+      thread_(core::signal_free_thread([this] { run(); })) {}
 
 Subscriber::~Subscriber() {
   {

@@ -2,7 +2,6 @@
 
 #include <fcntl.h>
 #include <linux/futex.h>
-#include <signal.h>
 #include <sys/mman.h>
 #include <sys/stat.h>
 #include <sys/syscall.h>
@@ -16,6 +15,7 @@
 #include <thread>
 
 #include "core/log.hpp"
+#include "core/signal_free_thread.hpp"
 #include "core/stable_hash.hpp"
 #include "dlock/errors.hpp"
 
@@ -165,20 +165,8 @@ bool WakeBoard::wait_for_eviction(std::uint32_t seen) const noexcept {
 
 EvictionWatch::EvictionWatch(std::shared_ptr<WakeBoard> board, Read read, std::function<void(std::string_view)> evicted)
     : board_(std::move(board)), read_(std::move(read)), evicted_(std::move(evicted)) {
-  // The thread takes no signal, as the application may block one in its own threads to wait
-  // for it (dlock serve sigwaits for SIGTERM): signals go to the threads that expect them.
-  sigset_t all;
-  sigset_t previous;
-  ::sigfillset(&all);
-  ::pthread_sigmask(SIG_SETMASK, &all, &previous);
-  try {
-    // Read here, not in the thread: an eviction announced before the thread runs still wakes it.
-    thread_ = std::thread(&EvictionWatch::run, this, board_->eviction_word());
-  } catch (...) {
-    ::pthread_sigmask(SIG_SETMASK, &previous, nullptr);
-    throw;
-  }
-  ::pthread_sigmask(SIG_SETMASK, &previous, nullptr);
+  // Read here, not in the thread: an eviction announced before the thread runs still wakes it.
+  thread_ = core::signal_free_thread([this, seen = board_->eviction_word()] { run(seen); });
 }
 
 EvictionWatch::~EvictionWatch() {
