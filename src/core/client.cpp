@@ -704,7 +704,9 @@ std::uint32_t Client::release(std::string_view key, std::string_view owner, std:
   const auto left = state_->backend->release({key, owner, token});
   if (!left) {
     throw LockLostError("'" + std::string(key) + "' is not held by owner " + std::string(owner) + " with token " +
-                            std::to_string(token) + " (it expired, was force-released or was taken over)",
+                            std::to_string(token) +
+                            " (it expired, was force-released or was taken over; a force-released key kept closed "
+                            "for this holder is open now)",
                         std::string(key), std::string(state_->backend->name()));
   }
   return *left;
