@@ -135,7 +135,7 @@ class RowBackend final : public ModeBackend {
                                                 request.key, request.owner});
     });
     if (outcome.affected == 1 && outcome.insert_id != 0) {  // taken: the new version is the token
-      remember(request.key, request.owner, connection->serial());
+      remember(request.key, request.owner, connection->serial(), outcome.insert_id);
       if (attempt.channel) attempt.channel->bell_settled();
       return backend::Acquired{outcome.insert_id, 1};
     }
@@ -174,17 +174,20 @@ class RowBackend final : public ModeBackend {
 
   std::optional<std::uint32_t> release(const backend::LeaseRef& lease) override {
     const std::string bell = bell_name(lease.key);
-    auto connection = take_for(lease.key, lease.owner);
+    auto connection = take_for(lease.key, lease.owner, lease.token);
+    const bool on_holder = remembered(lease.key, lease.owner, lease.token) == connection->serial();
     const auto outcome = with_retries(lease.key, [&] {
       return connection->execute(sql_.release,
                                  {bell, bell, lease.key, lease.owner, static_cast<std::int64_t>(lease.token)});
     });
     const bool evicted = outcome.affected == 1 && outcome.insert_id == kEvictedRelease;
     if (outcome.affected == 1 && outcome.insert_id > 0 && !evicted) return static_cast<std::uint32_t>(outcome.insert_id);
-    forget(lease.key, lease.owner);
+    forget(lease.key, lease.owner, lease.token);
     if (evicted) return std::nullopt;  // freed, and rang, as its last release
     if (outcome.affected == 1) return 0u;
-    with_retries(lease.key, [&] {
+    // Lost: drop the doorbell its session still holds for it (any other connection's is a
+    // newer acquisition's).
+    if (on_holder) with_retries(lease.key, [&] {
       return connection->query("SELECT IF(IS_USED_LOCK(?) <=> CONNECTION_ID(), RELEASE_LOCK(?), 0)", {bell, bell});
     });
     return std::nullopt;
