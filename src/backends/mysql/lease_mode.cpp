@@ -41,7 +41,7 @@ struct LeaseSql {
     const std::string live = "owner <> '' AND expires_at > UTC_TIMESTAMP(6)";
     const std::string info = "owner, token, hold_count, TIMESTAMPDIFF(MICROSECOND, UTC_TIMESTAMP(6), expires_at),"
                              " TIMESTAMPDIFF(MICROSECOND, acquired_at, UTC_TIMESTAMP(6))";
-    // Parameters: key, owner, ttl, bell, bell, and 4 times the sessions of the waiting call
+    // Parameters: key, owner, ttl, bell, bell, and 7 times the sessions of the waiting call
     // making the attempt ('' for none).
     acquire = acquire_sql(t, seq);
     // The heir writes itself in. Never as heir of its own owner, which would hand the key
@@ -129,9 +129,11 @@ struct LeaseSql {
   // a ring, or expired, is open to anyone. A heir that takes the key so is a heir no more.
   // A live acquisition of this owner made by, or handed to, one of the attempting waiting
   // call's sessions is claimed: one hold, its token (as the insert id, as for a takeover), the
-  // lease from now; counting that as a re-entry would leave a hold nobody releases. After the
-  // hold count, more than one hold means a re-entry, whose lease never shortens; an evicted
-  // owner's row (no holds) is not its own.
+  // lease from now; counting that as a re-entry would leave a hold nobody releases. Only an
+  // attempt outside a waiting call re-enters (a waiting call's owner held nothing when it
+  // began to wait; a killed attempt still running on the server must not add a hold to what
+  // the call took on a new session). After the hold count, more than one hold means a
+  // re-entry, whose lease never shortens; an evicted owner's row (no holds) is not its own.
   static std::string acquire_sql(const std::string& t, const std::string& seq) {
     const std::string released =
         "(owner = '' AND (doorbell <> 2 OR VALUES(doorbell) = 1 OR expires_at <= UTC_TIMESTAMP(6) - INTERVAL 1 SECOND))";
@@ -139,22 +141,25 @@ struct LeaseSql {
     const std::string take = "(" + released + " OR " + expired + ")";
     const std::string mine = "(owner = VALUES(owner) AND hold_count > 0 AND expires_at > UTC_TIMESTAMP(6))";
     const std::string claimed = "(" + mine + " AND FIND_IN_SET(session_id, ?))";
+    const std::string reenters = "(" + mine + " AND ? = '')";
     const std::string heir_takes = "(" + take + " AND FIND_IN_SET(heir_session, ?))";
+    // Once the owner is written: the row is this attempt's (taken, claimed or re-entered).
+    const std::string ours = "(owner = VALUES(owner) AND hold_count > 0 AND (? = '' OR FIND_IN_SET(session_id, ?)))";
     return "INSERT INTO " + t + " (name, owner, token, hold_count, acquired_at, expires_at, doorbell, session_id)"
            " SELECT ?, ?, LAST_INSERT_ID(v + 1), 1, UTC_TIMESTAMP(6), UTC_TIMESTAMP(6) + INTERVAL ? MICROSECOND,"
            " IF(IS_USED_LOCK(?) <=> CONNECTION_ID(), 1, COALESCE(GET_LOCK(?, 0), 0)), CONNECTION_ID()"
            " FROM " + seq + " WHERE id = 0 LOCK IN SHARE MODE"
            " ON DUPLICATE KEY UPDATE"
            " token = IF(" + take + ", LAST_INSERT_ID(token + 1), IF(" + claimed + ", LAST_INSERT_ID(token),"
-           " IF(" + mine + ", token + 0 * LAST_INSERT_ID(0), token))),"
-           " hold_count = IF(" + take + ", 1, IF(" + claimed + ", hold_count, IF(" + mine + ", hold_count + 1, hold_count))),"
+           " IF(" + reenters + ", token + 0 * LAST_INSERT_ID(0), token))),"
+           " hold_count = IF(" + take + ", 1, IF(" + reenters + ", hold_count + 1, hold_count)),"
            " acquired_at = IF(" + take + ", UTC_TIMESTAMP(6), acquired_at),"
            " session_id = IF(" + take + ", CONNECTION_ID(), session_id),"
            " heir_owner = IF(" + heir_takes + ", '', heir_owner),"
            " heir_session = IF(" + heir_takes + ", 0, heir_session),"
            " doorbell = IF(" + take + ", VALUES(doorbell), doorbell),"
            " owner = IF(" + take + ", VALUES(owner), owner),"
-           " expires_at = IF(owner = VALUES(owner) AND hold_count > 0,"
+           " expires_at = IF(" + ours + ","
            " IF(hold_count > 1, GREATEST(expires_at, VALUES(expires_at)), VALUES(expires_at)), expires_at)";
   }
 
@@ -334,7 +339,8 @@ class LeaseBackend final : public ModeBackend {
     const std::int64_t ttl = ttl_us(request.ttl);
     const auto outcome = with_retries(request.key, [&] {
       return connection.execute(sql_.acquire,
-                                {request.key, request.owner, ttl, bell, bell, sessions, sessions, sessions, sessions});
+                                {request.key, request.owner, ttl, bell, bell, sessions, sessions, sessions, sessions,
+                                 sessions, sessions, sessions});
     });
     if (auto acquired = settle(outcome, connection, request.key, request.owner)) {
       if (channel) {

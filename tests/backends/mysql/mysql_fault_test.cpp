@@ -1014,6 +1014,38 @@ TEST_F(MysqlFault, HeirWhoseSessionEndsBeforeItSeesTheHandoverHoldsTheKeyOnce) {
   EXPECT_FALSE(left) << "the heir's release left the key held, " << left->hold_count << " holds";
 }
 
+// KILL CONNECTION for the session of `raw`'s user running a statement that starts with
+// `statement`, once one does (an attempt waiting for a lock the test holds). False if none
+// did within 10 s.
+bool kill_session_running(RawConnection& raw, const std::string& statement) {
+  std::string id;
+  const bool found = eventually(
+      [&] {
+        const auto rows = raw.query("SELECT id FROM information_schema.PROCESSLIST WHERE info LIKE '" + statement +
+                                    "%' AND id <> CONNECTION_ID()");
+        if (rows && !rows->empty()) id = rows->at(0).at(0);
+        return !id.empty();
+      },
+      10s);
+  return found && raw.query("KILL CONNECTION " + id).has_value();
+}
+
+// The waiter of `waiter` gets the key after the holder's release (token `token`), with one
+// hold, and its release frees it: it did not end when its attempt was killed.
+void expect_waiter_took_over(std::future<Attempt>& waiter, std::uint64_t token, Client& client) {
+  ASSERT_EQ(waiter.wait_for(20s), std::future_status::ready) << "the waiter did not get the released key";
+  try {
+    Attempt attempt = waiter.get();
+    ASSERT_TRUE(attempt) << "the waiter gave up";
+    EXPECT_EQ(attempt.lease().token(), token + 1);
+    EXPECT_EQ(attempt.lease().hold_count(), 1U);
+    attempt.lease().release();
+  } catch (const Error& e) {
+    FAIL() << "the waiting call ended when its attempt was killed: " << e.what();
+  }
+  EXPECT_FALSE(client.inspect("k")) << "the waiter's release left the key held";
+}
+
 // Defect: the server ending a waiter's session during an attempt, not during a wait (a KILL
 // of every session of the user lands on whichever statement runs), ended the waiting call
 // with OutcomeUnknownError. The waiter goes on waiting: the attempt is made again on a new
@@ -1032,31 +1064,35 @@ TEST_F(MysqlFault, WaiterWhoseAttemptIsKilledGoesOnWaiting) {
   ASSERT_TRUE(eventually([&] { return !heir_of(raw, table_).empty(); }, 10s)) << "the waiter never became the heir";
   ASSERT_TRUE(raw.query("START TRANSACTION")) << raw.error();
   ASSERT_TRUE(raw.query("SELECT v FROM `" + table_ + "_seq` WHERE id = 0 FOR UPDATE")) << raw.error();
-  std::string attempting;
+  ASSERT_TRUE(kill_session_running(raw, "INSERT INTO `" + table_ + "` (")) << "the waiter made no attempt";
+  ASSERT_TRUE(raw.query("COMMIT")) << raw.error();
+  held.release();
+  expect_waiter_took_over(waiter, held.token(), holder_client);
+}
+
+// The same in row mode, where the waiter sleeps on the doorbell alone: its attempt at the end
+// of the holder's lease waits for the row, which the test keeps locked, while it is killed.
+TEST_F(MysqlFault, RowModeWaiterWhoseAttemptIsKilledGoesOnWaiting) {
+  const std::string url = row_url({"k"});
+  Client holder_client = Client::open(url);
+  Client waiter_client = Client::open(url);
+  RawConnection raw(url_);
+  ASSERT_TRUE(raw.ok()) << raw.error();
+  Lease held = holder_client.acquire("k", LockOptions{.ttl = 5s});
+  auto waiter = std::async(std::launch::async, [&] { return waiter_client.try_acquire_for("k", 30s); });
   ASSERT_TRUE(eventually(
       [&] {
-        const auto rows = raw.query("SELECT id FROM information_schema.PROCESSLIST WHERE info LIKE 'INSERT INTO `" +
-                                    table_ + "` (%'");
-        if (rows && !rows->empty()) attempting = rows->at(0).at(0);
-        return !attempting.empty();
+        const auto rows = raw.query("SELECT COUNT(*) FROM information_schema.PROCESSLIST WHERE state = 'User lock'");
+        return rows && !rows->empty() && rows->at(0).at(0) != "0";
       },
       10s))
-      << "the waiter made no attempt";
-  ASSERT_TRUE(raw.query("KILL CONNECTION " + attempting)) << raw.error();
+      << "the waiter never slept on the doorbell";
+  ASSERT_TRUE(raw.query("START TRANSACTION")) << raw.error();
+  ASSERT_TRUE(raw.query("SELECT id FROM `" + table_ + "` WHERE id = 'k' FOR UPDATE")) << raw.error();
+  ASSERT_TRUE(kill_session_running(raw, "UPDATE `" + table_ + "` SET")) << "the waiter made no attempt";
   ASSERT_TRUE(raw.query("COMMIT")) << raw.error();
-
-  held.release();
-  ASSERT_EQ(waiter.wait_for(20s), std::future_status::ready) << "the waiter did not get the released key";
-  try {
-    Attempt attempt = waiter.get();
-    ASSERT_TRUE(attempt) << "the waiter gave up";
-    EXPECT_EQ(attempt.lease().token(), held.token() + 1);
-    EXPECT_EQ(attempt.lease().hold_count(), 1U);
-    attempt.lease().release();
-  } catch (const Error& e) {
-    FAIL() << "the waiting call ended when its attempt was killed: " << e.what();
-  }
-  EXPECT_FALSE(holder_client.inspect("k")) << "the waiter's release left the key held";
+  held.detach();  // its lease has run out: the waiter took the key over
+  expect_waiter_took_over(waiter, held.token(), holder_client);
 }
 
 // ---- A release that comes too late ----
