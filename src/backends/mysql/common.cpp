@@ -143,7 +143,7 @@ Pool::Lease ModeBackend::take_unpinned() {
   std::vector<std::uint64_t> pinned;
   {
     std::lock_guard lock(sessions_mutex_);
-    for (const auto& [lease, id] : sessions_) pinned.push_back(id);
+    for (const auto& [lease, held] : sessions_) pinned.push_back(held.serial);
   }
   try {
     return pool_.take_excluding(pinned);
@@ -152,8 +152,8 @@ Pool::Lease ModeBackend::take_unpinned() {
   }
 }
 
-Pool::Lease ModeBackend::take_for(std::string_view key, std::string_view owner) {
-  const auto serial = remembered(key, owner);
+Pool::Lease ModeBackend::take_for(std::string_view key, std::string_view owner, std::optional<std::uint64_t> token) {
+  const auto serial = remembered(key, owner, token);
   if (!serial) return take();
   try {
     return pool_.take(*serial);
@@ -175,27 +175,31 @@ ModeBackend::Attempt ModeBackend::attempt_for(const backend::AcquireRequest& req
   return attempt;
 }
 
-void ModeBackend::remember(std::string_view key, std::string_view owner, std::uint64_t connection_serial) {
+void ModeBackend::remember(std::string_view key, std::string_view owner, std::uint64_t connection_serial,
+                           std::uint64_t token) {
   std::lock_guard lock(sessions_mutex_);
-  sessions_[{std::string(key), std::string(owner)}] = connection_serial;
+  sessions_[{std::string(key), std::string(owner)}] = Remembered{connection_serial, token};
 }
 
-std::optional<std::uint64_t> ModeBackend::remembered(std::string_view key, std::string_view owner) {
+std::optional<std::uint64_t> ModeBackend::remembered(std::string_view key, std::string_view owner,
+                                                     std::optional<std::uint64_t> token) {
   std::lock_guard lock(sessions_mutex_);
-  if (auto it = sessions_.find({std::string(key), std::string(owner)}); it != sessions_.end()) return it->second;
-  return std::nullopt;
+  const auto it = sessions_.find({std::string(key), std::string(owner)});
+  if (it == sessions_.end() || (token && it->second.token != *token)) return std::nullopt;
+  return it->second.serial;
 }
 
-void ModeBackend::forget(std::string_view key, std::string_view owner) {
+void ModeBackend::forget(std::string_view key, std::string_view owner, std::uint64_t token) {
   std::lock_guard lock(sessions_mutex_);
-  sessions_.erase({std::string(key), std::string(owner)});
+  const auto it = sessions_.find({std::string(key), std::string(owner)});
+  if (it != sessions_.end() && it->second.token == token) sessions_.erase(it);
 }
 
 bool ModeBackend::keeps_doorbell(std::string_view key, const Connection& connection) {
   std::lock_guard lock(sessions_mutex_);
   for (auto it = sessions_.lower_bound({std::string(key), std::string()}); it != sessions_.end() && it->first.first == key;
        ++it) {
-    if (it->second == connection.serial()) return true;
+    if (it->second.serial == connection.serial()) return true;
   }
   return false;
 }
@@ -322,11 +326,12 @@ void ModeBackend::ensure_lock_table(Connection& connection) {
 DoorbellChannel::DoorbellChannel(ModeBackend& backend, std::string key, std::unique_ptr<Takeover> takeover)
     : backend_(backend), key_(std::move(key)), bell_(backend.bell_name(key_)), takeover_(std::move(takeover)) {
   connection_.emplace(backend_.take_unpinned());
+  sessions_ = std::to_string((*connection_)->id());
 }
 
 DoorbellChannel::~DoorbellChannel() {
   drop();
-  if (takeover_ && !owner_.empty()) takeover_->finish(**connection_, owner_, acquired_);
+  if (takeover_ && !owner_.empty()) takeover_->finish(**connection_, owner_, sessions_, acquired_);
   if (!taken_) return;
   // The waiting call ended without the attempt that would have claimed the key: free it.
   try {
@@ -389,12 +394,7 @@ bool DoorbellChannel::wait_until(std::chrono::steady_clock::time_point deadline)
     // the statement rolled back, and a takeover's bell may be held. Wake spuriously; the next
     // attempt runs on a new connection, or returns the bell.
     holds_bell_ = takes_over && !e.connection_broken;
-    if (e.connection_broken) {
-      if (takeover_) takeover_->session_lost();
-      Pool::Lease fresh = backend_.take_unpinned();
-      connection_.reset();
-      connection_.emplace(std::move(fresh));
-    }
+    if (e.connection_broken) reconnect();
     return false;
   }
   if (!rang) return false;
@@ -405,6 +405,15 @@ bool DoorbellChannel::wait_until(std::chrono::steady_clock::time_point deadline)
     backoff_ = std::chrono::milliseconds(0);
   }
   return true;
+}
+
+void DoorbellChannel::reconnect() {
+  holds_bell_ = false;
+  if (takeover_) takeover_->session_lost();
+  Pool::Lease fresh = backend_.take_unpinned();
+  connection_.reset();
+  connection_.emplace(std::move(fresh));
+  sessions_ += "," + std::to_string((*connection_)->id());
 }
 
 void DoorbellChannel::drop() noexcept {
@@ -434,7 +443,8 @@ std::string lock_table_schema(const std::string& table) {
          "  renewals    BIGINT UNSIGNED NOT NULL DEFAULT 0,  -- every renew changes the row\n"
          "  doorbell    TINYINT         NOT NULL DEFAULT 0,  -- 1: the holder's session holds the key's GET_LOCK bell,\n"
          "                                                   -- 2: released by ringing it (a waiter is taking over)\n"
-         "  session_id  BIGINT UNSIGNED NOT NULL DEFAULT 0,  -- session mode: the connection holding the lock\n"
+         "  session_id  BIGINT UNSIGNED NOT NULL DEFAULT 0,  -- the session that made the acquisition (session mode:\n"
+         "                                                   -- the one holding the lock)\n"
          "  heir_owner  VARBINARY(128)  NOT NULL DEFAULT '', -- lease mode: the waiter the next release hands the key to,\n"
          "  heir_ttl_us BIGINT UNSIGNED NOT NULL DEFAULT 0,  --   the TTL it asked for,\n"
          "  heir_session BIGINT UNSIGNED NOT NULL DEFAULT 0, --   and its connection\n"

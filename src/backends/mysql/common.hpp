@@ -82,8 +82,9 @@ class ModeBackend : public backend::Backend {
   std::string bell_name(std::string_view key) const;
 
   Pool::Lease take();
-  // The serial of the connection holding this owner's doorbell (or session lock) for the key.
-  void remember(std::string_view key, std::string_view owner, std::uint64_t connection_serial);
+  // The serial of the connection holding this owner's doorbell (or session lock) for the key,
+  // for its acquisition with this token.
+  void remember(std::string_view key, std::string_view owner, std::uint64_t connection_serial, std::uint64_t token);
   // A connection no held lock is pinned to, for a waiter that may block on it for long, and
   // in session mode for a new lock (a connection holds at most one).
   Pool::Lease take_unpinned();
@@ -108,8 +109,9 @@ class ModeBackend : public backend::Backend {
 
  protected:
   // The connection whose session holds this owner's doorbell (or session lock) for the key,
-  // if any: re-entry and release run there, as GET_LOCK belongs to a session.
-  Pool::Lease take_for(std::string_view key, std::string_view owner);
+  // if any (with a token: for that acquisition only): re-entry and release run there, as
+  // GET_LOCK belongs to a session.
+  Pool::Lease take_for(std::string_view key, std::string_view owner, std::optional<std::uint64_t> token = {});
   // The connection of a waiting call's doorbell, or one taken for the owner.
   struct Attempt {
     DoorbellChannel* channel = nullptr;
@@ -117,8 +119,12 @@ class ModeBackend : public backend::Backend {
     Connection* connection = nullptr;
   };
   Attempt attempt_for(const backend::AcquireRequest& request, bool unpinned);
-  std::optional<std::uint64_t> remembered(std::string_view key, std::string_view owner);
-  void forget(std::string_view key, std::string_view owner);
+  // The serial remembered for the owner's acquisition of the key (with a token: that one's).
+  std::optional<std::uint64_t> remembered(std::string_view key, std::string_view owner,
+                                          std::optional<std::uint64_t> token = {});
+  // Forgets the acquisition with this token only: a late release of an earlier acquisition
+  // by the same owner must leave a newer one's connection remembered.
+  void forget(std::string_view key, std::string_view owner, std::uint64_t token);
   // Whether a lock of `key` (held, or evicted with a lock delay) was taken on this connection,
   // whose session so keeps the key's doorbell for it: an attempt that finds the key held there
   // must not give that bell back.
@@ -161,8 +167,12 @@ class ModeBackend : public backend::Backend {
   Pool pool_;
 
  private:
+  struct Remembered {
+    std::uint64_t serial = 0;
+    std::uint64_t token = 0;
+  };
   std::mutex sessions_mutex_;
-  std::map<std::pair<std::string, std::string>, std::uint64_t> sessions_;
+  std::map<std::pair<std::string, std::string>, Remembered> sessions_;
 };
 
 // A waiter's doorbell: GET_LOCK on the key's bell, on a connection of its own, returns when
@@ -187,8 +197,10 @@ class Takeover {
   // The server ended the session: whatever it held is gone.
   virtual void session_lost() noexcept = 0;
   // The waiting call ends, `acquired` or not: frees what the waits hold, and a key handed to
-  // `owner` after the last wait.
-  virtual void finish(Connection& connection, std::string_view owner, bool acquired) noexcept = 0;
+  // `owner` (on any of the call's `sessions`, see DoorbellChannel::sessions) that the call
+  // did not take.
+  virtual void finish(Connection& connection, std::string_view owner, std::string_view sessions,
+                      bool acquired) noexcept = 0;
 };
 
 class DoorbellChannel final : public backend::WakeChannel {
@@ -209,6 +221,13 @@ class DoorbellChannel final : public backend::WakeChannel {
   void abandon() noexcept override { drop(); }
 
   Connection& connection() { return **connection_; }
+  // The server ended this channel's session (KILL, restart): whatever it held is gone; the
+  // channel goes on on a new connection.
+  void reconnect();
+  // The server's ids of every session this waiting call used, comma-separated (for
+  // FIND_IN_SET): an acquisition made by, or handed to, a session that ended before its
+  // answer arrived is this call's, and a later attempt takes it as such, not as a re-entry.
+  std::string_view sessions() const noexcept { return sessions_; }
   Takeover* takeover() noexcept { return takeover_.get(); }
   // What the takeover acquired during the last wait, handed over once.
   std::optional<backend::Acquired> claim() noexcept {
@@ -229,6 +248,7 @@ class DoorbellChannel final : public backend::WakeChannel {
   std::string bell_;
   std::unique_ptr<Takeover> takeover_;
   std::optional<Pool::Lease> connection_;  // replaced when the server ends it
+  std::string sessions_;                   // see sessions()
   bool holds_bell_ = false;
   bool guarding_ = false;  // see guard_bell()
   std::chrono::milliseconds backoff_{0};

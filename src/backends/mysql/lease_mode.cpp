@@ -21,6 +21,13 @@ std::string heir_slot(const std::string& bell) { return bell + ":heir"; }
 // straight to it in the same statement: the heir then only reads that it holds the key, and
 // a handoff costs one commit, not two. A heir whose session ended is passed over.
 //
+// session_id names the session that made the row's acquisition: the one that took the key,
+// or the heir's it was handed to. A KILL returns before the session ends, so a release can
+// hand the key to a heir whose session is ending, and any attempt's answer can be lost with
+// its connection: the waiting call goes on on a new session, and its attempts pass the ids
+// of every session it used (DoorbellChannel::sessions), so that it takes such an acquisition
+// as its own (one hold, its token), never as a re-entry.
+//
 // A holder evicted with a lock delay keeps its row (owner, token, expiry) with hold_count 0,
 // which no other state has (a free row has no owner): nobody takes the row, the owner included,
 // until it expires or the holder's release frees it, which hands on and rings like a release.
@@ -34,8 +41,8 @@ struct LeaseSql {
     const std::string live = "owner <> '' AND expires_at > UTC_TIMESTAMP(6)";
     const std::string info = "owner, token, hold_count, TIMESTAMPDIFF(MICROSECOND, UTC_TIMESTAMP(6), expires_at),"
                              " TIMESTAMPDIFF(MICROSECOND, acquired_at, UTC_TIMESTAMP(6))";
-    // Parameters: key, owner, ttl, bell, bell, heir, heir (1 when a heir whose key may have
-    // been handed over makes the attempt).
+    // Parameters: key, owner, ttl, bell, bell, and 7 times the sessions of the waiting call
+    // making the attempt ('' for none).
     acquire = acquire_sql(t, seq);
     // The heir writes itself in. Never as heir of its own owner, which would hand the key
     // back to its releaser. Parameters: owner, ttl, key, owner, slot.
@@ -44,19 +51,20 @@ struct LeaseSql {
     // The heir's wait: for the doorbell (a derived table, filled before any row is read, so a
     // waiter holds no InnoDB lock), then a locking read of the row, which waits for the
     // releasing statement's commit. A key handed to this session is owned by the heir with
-    // heir_owner '' and heir_session its session; the heir slot is then freed for the next
-    // waiter. Returns (the key is ours, token, rang).
+    // session_id its session; the heir slot is then freed for the next waiter. Returns (the
+    // key is ours, token, rang).
     // Parameters: owner, owner, slot, bell, bell, wait in microseconds, key.
-    const std::string handed_to = "(t.owner <=> ? AND t.heir_owner = '' AND t.heir_session = CONNECTION_ID())";
+    const std::string handed_to = "(t.owner <=> ? AND t.session_id = CONNECTION_ID())";
     heir_wait = "SELECT " + handed_to + ", t.token, w.rang, IF(" + handed_to + ", RELEASE_LOCK(?), 0)"
                 " FROM (SELECT IF(IS_USED_LOCK(?) <=> CONNECTION_ID(), 1, COALESCE(GET_LOCK(?, ? / 1000000), 0))"
                 " AS rang LIMIT 1) AS w LEFT JOIN " + t + " AS t ON t.name = ? LOCK IN SHARE MODE";
-    // A heir that stops waiting. Parameters: key.
+    // A heir that stops waiting, on whichever of its sessions it registered. Parameters: key,
+    // sessions.
     quit_heir = "UPDATE " + t + " SET heir_owner = '', heir_session = 0"
-                " WHERE name = ? AND heir_owner <> '' AND heir_session = CONNECTION_ID()";
-    // A key handed to this session and not yet claimed. Parameters: key, owner.
-    handed = "SELECT token FROM " + t +
-             " WHERE name = ? AND owner = ? AND heir_owner = '' AND heir_session = CONNECTION_ID()";
+                " WHERE name = ? AND heir_owner <> '' AND FIND_IN_SET(heir_session, ?)";
+    // A key handed to, or taken by, one of a waiting call's sessions. Parameters: key, owner,
+    // sessions.
+    handed = "SELECT token FROM " + t + " WHERE name = ? AND owner = ? AND FIND_IN_SET(session_id, ?)";
     drop_slot = "SELECT RELEASE_LOCK(?)";
     // After an acquire that changed nothing: the holder, and any doorbell taken for nothing
     // (not one this session keeps for a lock of the key it holds, or was evicted from).
@@ -70,8 +78,8 @@ struct LeaseSql {
             " WHERE name = ? AND owner = ? AND token = ? AND hold_count > 0 AND expires_at > UTC_TIMESTAMP(6)";
     // The holds left come back as the insert id (kEvictedRelease for an evicted holder, whose
     // release counts as its last hold's). The last hold hands the key to a live heir
-    // (a new token, the heir's TTL, one hold; heir_owner '' and heir_session kept mark it
-    // unclaimed) or frees the row, and rings the doorbell when this session holds it. Columns
+    // (a new token, the heir's TTL, one hold, session_id the heir's session) or frees the row,
+    // and rings the doorbell when this session holds it. Columns
     // are assigned left to right and later ones see the new values: after the first,
     // `hold_count <= 1 AND owner <> ''` means "handed over". The heir's lease runs from
     // SYSDATE(6), read once the row is locked: after the heir's last look at the row, from
@@ -85,8 +93,9 @@ struct LeaseSql {
               " expires_at = IF(hold_count <= 1, IF(owner <> '', SYSDATE(6) + INTERVAL heir_ttl_us MICROSECOND,"
               " UTC_TIMESTAMP(6)), expires_at),"
               " doorbell = IF(hold_count <= 1, IF(IS_USED_LOCK(?) <=> CONNECTION_ID(), 2 + 0 * RELEASE_LOCK(?), 0), doorbell),"
+              " session_id = IF(hold_count <= 1, IF(owner <> '', heir_session, 0), session_id),"
               " heir_owner = IF(hold_count <= 1, '', heir_owner),"
-              " heir_session = IF(hold_count <= 1 AND owner = '', 0, heir_session),"
+              " heir_session = IF(hold_count <= 1, 0, heir_session),"
               " hold_count = IF(hold_count = 0, IF(" + handed_over + ", 1, 0) + 0 * LAST_INSERT_ID(" +
               std::to_string(kEvictedRelease) + "),"
               " IF(" + handed_over + ", 1 + 0 * LAST_INSERT_ID(0), LAST_INSERT_ID(hold_count - 1)))"
@@ -118,31 +127,39 @@ struct LeaseSql {
   // woken waiter holds it while it takes over, and a newcomer must not barge in. After a second
   // it is open to all, so a bell kept by mistake cannot block the key. A row released without
   // a ring, or expired, is open to anyone. A heir that takes the key so is a heir no more.
-  // A heir (the flag) whose key was handed over after its last look claims it here: one hold,
-  // the handover's token, the lease from now; counting that as a re-entry would leave a hold
-  // nobody releases. After the hold count, more than one hold means a re-entry, whose lease
-  // never shortens; an evicted owner's row (no holds) is not its own.
+  // A live acquisition of this owner made by, or handed to, one of the attempting waiting
+  // call's sessions is claimed: one hold, its token (as the insert id, as for a takeover), the
+  // lease from now; counting that as a re-entry would leave a hold nobody releases. Only an
+  // attempt outside a waiting call re-enters (a waiting call's owner held nothing when it
+  // began to wait; a killed attempt still running on the server must not add a hold to what
+  // the call took on a new session). After the hold count, more than one hold means a
+  // re-entry, whose lease never shortens; an evicted owner's row (no holds) is not its own.
   static std::string acquire_sql(const std::string& t, const std::string& seq) {
     const std::string released =
         "(owner = '' AND (doorbell <> 2 OR VALUES(doorbell) = 1 OR expires_at <= UTC_TIMESTAMP(6) - INTERVAL 1 SECOND))";
     const std::string expired = "(owner <> '' AND expires_at <= UTC_TIMESTAMP(6))";
     const std::string take = "(" + released + " OR " + expired + ")";
     const std::string mine = "(owner = VALUES(owner) AND hold_count > 0 AND expires_at > UTC_TIMESTAMP(6))";
-    const std::string claimed = "(? AND " + mine + " AND heir_owner = '' AND heir_session = CONNECTION_ID())";
-    const std::string heir_takes = "(" + take + " AND heir_session = CONNECTION_ID())";
-    return "INSERT INTO " + t + " (name, owner, token, hold_count, acquired_at, expires_at, doorbell)"
+    const std::string claimed = "(" + mine + " AND FIND_IN_SET(session_id, ?))";
+    const std::string reenters = "(" + mine + " AND ? = '')";
+    const std::string heir_takes = "(" + take + " AND FIND_IN_SET(heir_session, ?))";
+    // Once the owner is written: the row is this attempt's (taken, claimed or re-entered).
+    const std::string ours = "(owner = VALUES(owner) AND hold_count > 0 AND (? = '' OR FIND_IN_SET(session_id, ?)))";
+    return "INSERT INTO " + t + " (name, owner, token, hold_count, acquired_at, expires_at, doorbell, session_id)"
            " SELECT ?, ?, LAST_INSERT_ID(v + 1), 1, UTC_TIMESTAMP(6), UTC_TIMESTAMP(6) + INTERVAL ? MICROSECOND,"
-           " IF(IS_USED_LOCK(?) <=> CONNECTION_ID(), 1, COALESCE(GET_LOCK(?, 0), 0))"
+           " IF(IS_USED_LOCK(?) <=> CONNECTION_ID(), 1, COALESCE(GET_LOCK(?, 0), 0)), CONNECTION_ID()"
            " FROM " + seq + " WHERE id = 0 LOCK IN SHARE MODE"
            " ON DUPLICATE KEY UPDATE"
-           " token = IF(" + take + ", LAST_INSERT_ID(token + 1), IF(" + mine + ", token + 0 * LAST_INSERT_ID(0), token)),"
-           " hold_count = IF(" + take + ", 1, IF(" + claimed + ", hold_count, IF(" + mine + ", hold_count + 1, hold_count))),"
+           " token = IF(" + take + ", LAST_INSERT_ID(token + 1), IF(" + claimed + ", LAST_INSERT_ID(token),"
+           " IF(" + reenters + ", token + 0 * LAST_INSERT_ID(0), token))),"
+           " hold_count = IF(" + take + ", 1, IF(" + reenters + ", hold_count + 1, hold_count)),"
            " acquired_at = IF(" + take + ", UTC_TIMESTAMP(6), acquired_at),"
+           " session_id = IF(" + take + ", CONNECTION_ID(), session_id),"
            " heir_owner = IF(" + heir_takes + ", '', heir_owner),"
-           " heir_session = IF(" + heir_takes + " OR " + claimed + ", 0, heir_session),"
+           " heir_session = IF(" + heir_takes + ", 0, heir_session),"
            " doorbell = IF(" + take + ", VALUES(doorbell), doorbell),"
            " owner = IF(" + take + ", VALUES(owner), owner),"
-           " expires_at = IF(owner = VALUES(owner) AND hold_count > 0,"
+           " expires_at = IF(" + ours + ","
            " IF(hold_count > 1, GREATEST(expires_at, VALUES(expires_at)), VALUES(expires_at)), expires_at)";
   }
 
@@ -164,6 +181,7 @@ class HeirTakeover final : public Takeover {
       const auto rows = connection.query("SELECT GET_LOCK(?, ? / 1000000)", {std::string_view(slot_), wait.count()});
       if (rows.empty() || rows[0][0] != std::optional<std::string>("1")) return {};
       heir_ = true;
+      registered_ = true;
       // No handover can come before the registration that follows.
       watched_since_ = std::chrono::steady_clock::now();
       wait -= std::chrono::duration_cast<microseconds>(watched_since_ - start);
@@ -181,8 +199,9 @@ class HeirTakeover final : public Takeover {
     outcome.rang = row[2] == std::optional<std::string>("1");
     if (row[0] == std::optional<std::string>("1")) {
       heir_ = false;  // the statement gave up the heir slot
-      backend_.remember(key_, owner, connection.serial());
-      outcome.acquired = backend::Acquired{to_u64(row[1]), 1, watched_since_};
+      const std::uint64_t token = to_u64(row[1]);
+      backend_.remember(key_, owner, connection.serial(), token);
+      outcome.acquired = backend::Acquired{token, 1, watched_since_};
     } else {
       watched_since_ = sent;
     }
@@ -190,19 +209,23 @@ class HeirTakeover final : public Takeover {
   }
 
   bool waiting() const noexcept override { return heir_; }
-  void session_lost() noexcept override { heir_ = false; }
-
-  void finish(Connection& connection, std::string_view owner, bool acquired) noexcept override {
-    if (!heir_) return;
+  void session_lost() noexcept override {
     heir_ = false;
+    lost_session_ = true;
+  }
+
+  void finish(Connection& connection, std::string_view owner, std::string_view sessions,
+              bool acquired) noexcept override {
+    const bool heir = std::exchange(heir_, false);
     try {
-      if (!acquired) {
-        connection.execute(sql_.quit_heir, {std::string_view(key_)});
-        // The key may have been handed over after the last wait: nobody will use it.
-        const auto rows = connection.query(sql_.handed, {std::string_view(key_), owner});
+      if (!acquired && (registered_ || lost_session_)) {
+        connection.execute(sql_.quit_heir, {std::string_view(key_), sessions});
+        // The key may have been handed over after the last wait, or taken by an attempt
+        // whose answer was lost with its session: nobody will use it.
+        const auto rows = connection.query(sql_.handed, {std::string_view(key_), owner, sessions});
         if (!rows.empty()) backend_.release(backend::LeaseRef{key_, owner, to_u64(rows[0][0])});
       }
-      connection.query(sql_.drop_slot, {std::string_view(slot_)});
+      if (heir) connection.query(sql_.drop_slot, {std::string_view(slot_)});
     } catch (...) {
       // The server is unreachable: the session, and its slot, end with the connection; a
       // key handed over runs out with its lease.
@@ -214,6 +237,8 @@ class HeirTakeover final : public Takeover {
   const LeaseSql& sql_;
   std::string key_, bell_, slot_;
   bool heir_ = false;  // this session holds the heir slot and wrote itself into the row
+  bool registered_ = false;    // some session of this waiting call wrote itself into the row
+  bool lost_session_ = false;  // the server ended a session of this waiting call
   std::chrono::steady_clock::time_point watched_since_;  // no handover to this heir came before
 };
 
@@ -225,41 +250,20 @@ class LeaseBackend final : public ModeBackend {
   }
 
   backend::AcquireResult acquire(const backend::AcquireRequest& request) override {
-    const std::string bell = bell_name(request.key);
     Attempt attempt = attempt_for(request, false);
-    Connection* connection = attempt.connection;
     DoorbellChannel* channel = attempt.channel;
-    if (channel) {
-      if (auto taken = channel->claim()) return *taken;
+    if (!channel) return attempt_on(*attempt.connection, request, nullptr);
+    if (auto taken = channel->claim()) return *taken;
+    try {
+      return attempt_on(channel->connection(), request, channel);
+    } catch (const Error&) {
+      if (!channel->connection().broken()) throw;
     }
-    const std::int64_t ttl = ttl_us(request.ttl);
-    const std::int64_t heir = channel && channel->takeover() && channel->takeover()->waiting() ? 1 : 0;
-    const auto outcome = with_retries(request.key, [&] {
-      return connection->execute(sql_.acquire, {request.key, request.owner, ttl, bell, bell, heir, heir});
-    });
-    if (auto acquired = settle(outcome, *connection, request.key, request.owner)) {
-      if (heir && acquired->hold_count == 1) remember(request.key, request.owner, connection->serial());
-      if (channel) {
-        channel->bell_settled();
-        channel->acquired();
-      }
-      return *acquired;
-    }
-    // Unchanged: someone else holds it. Report who, and give back a doorbell taken for nothing.
-    const std::int64_t kept = keeps_doorbell(request.key, *connection) ? 1 : 0;
-    const auto rows =
-        with_retries(request.key, [&] { return connection->query(sql_.conflict, {kept, bell, bell, request.key}); });
-    if (channel) channel->bell_settled();
-    if (rows.empty()) throw BackendError("acquire of '" + std::string(request.key) + "' found no row", kName);
-    const Row& row = rows[0];
-    LockInfo holder = info(std::string(request.key), row, 0);
-    if (holder.owner.empty()) {
-      // Free, but a woken waiter holds the doorbell and is taking it over right now.
-      holder.owner = "(being handed to a waiting client)";
-      holder.ttl_left = kHandoffRecheck;
-      holder.held_for.reset();
-    }
-    return backend::Held{std::move(holder)};
+    // The server ended the waiter's session (KILL, restart) before the answer came, and the
+    // attempt may have taken the key: it is made again on a new session, which takes such an
+    // acquisition as this call's (see LeaseSql). A waiter so outlives a KILL, as in its waits.
+    channel->reconnect();
+    return attempt_on(channel->connection(), request, channel);
   }
 
   std::unique_ptr<backend::WakeChannel> wake_channel(std::string_view key, std::string_view) override {
@@ -279,18 +283,20 @@ class LeaseBackend final : public ModeBackend {
   std::optional<std::uint32_t> release(const backend::LeaseRef& lease) override {
     const std::string bell = bell_name(lease.key);
     const std::string slot = heir_slot(bell);
-    auto connection = take_for(lease.key, lease.owner);
+    auto connection = take_for(lease.key, lease.owner, lease.token);
+    const bool on_holder = remembered(lease.key, lease.owner, lease.token) == connection->serial();
     const auto outcome = with_retries(lease.key, [&] {
       return connection->execute(sql_.release,
                                  {slot, bell, bell, lease.key, lease.owner, static_cast<std::int64_t>(lease.token)});
     });
     const bool evicted = outcome.affected == 1 && outcome.insert_id == kEvictedRelease;
     if (outcome.affected == 1 && outcome.insert_id > 0 && !evicted) return static_cast<std::uint32_t>(outcome.insert_id);
-    forget(lease.key, lease.owner);
+    forget(lease.key, lease.owner, lease.token);
     if (evicted) return std::nullopt;  // freed, and rang, as its last release
     if (outcome.affected == 1) return 0u;
-    // Lost: a doorbell this session still holds for it would keep waiters asleep.
-    with_retries(lease.key, [&] { return connection->query(sql_.drop_bell, {bell, bell}); });
+    // Lost: a doorbell its session still holds for it would keep waiters asleep (any other
+    // connection's doorbell is a newer acquisition's).
+    if (on_holder) with_retries(lease.key, [&] { return connection->query(sql_.drop_bell, {bell, bell}); });
     return std::nullopt;
   }
 
@@ -325,12 +331,48 @@ class LeaseBackend final : public ModeBackend {
   }
 
  private:
+  // One attempt on `connection`: through a waiting call's `channel`, or not.
+  backend::AcquireResult attempt_on(Connection& connection, const backend::AcquireRequest& request,
+                                    DoorbellChannel* channel) {
+    const std::string bell = bell_name(request.key);
+    const std::string_view sessions = channel ? channel->sessions() : std::string_view();
+    const std::int64_t ttl = ttl_us(request.ttl);
+    const auto outcome = with_retries(request.key, [&] {
+      return connection.execute(sql_.acquire,
+                                {request.key, request.owner, ttl, bell, bell, sessions, sessions, sessions, sessions,
+                                 sessions, sessions, sessions});
+    });
+    if (auto acquired = settle(outcome, connection, request.key, request.owner)) {
+      if (channel) {
+        channel->bell_settled();
+        channel->acquired();
+      }
+      return *acquired;
+    }
+    // Unchanged: someone else holds it. Report who, and give back a doorbell taken for nothing.
+    const std::int64_t kept = keeps_doorbell(request.key, connection) ? 1 : 0;
+    const auto rows =
+        with_retries(request.key, [&] { return connection.query(sql_.conflict, {kept, bell, bell, request.key}); });
+    if (channel) channel->bell_settled();
+    if (rows.empty()) throw BackendError("acquire of '" + std::string(request.key) + "' found no row", kName);
+    const Row& row = rows[0];
+    LockInfo holder = info(std::string(request.key), row, 0);
+    if (holder.owner.empty()) {
+      // Free, but a woken waiter holds the doorbell and is taking it over right now.
+      holder.owner = "(being handed to a waiting client)";
+      holder.ttl_left = kHandoffRecheck;
+      holder.held_for.reset();
+    }
+    return backend::Held{std::move(holder)};
+  }
+
   // The acquisition an acquire statement made, if any, read from its affected rows.
   std::optional<backend::Acquired> settle(const Outcome& outcome, Connection& connection, std::string_view key,
                                           std::string_view owner) {
     if (outcome.affected == 1 || (outcome.affected == 2 && outcome.insert_id != 0)) {
-      // A fresh row (its token is the floor plus one) or a takeover (the token plus one).
-      remember(key, owner, connection.serial());
+      // A fresh row (its token is the floor plus one), a takeover (the token plus one), or a
+      // claim of the waiting call's own acquisition (its token).
+      remember(key, owner, connection.serial(), outcome.insert_id);
       return backend::Acquired{outcome.insert_id, 1};
     }
     if (outcome.affected != 2) return std::nullopt;

@@ -60,14 +60,15 @@ struct RowSql {
     const std::string now = "UTC_TIMESTAMP(6)";
     // An owner with a live expiry holds the row, or was evicted from it (no holds).
     const std::string free = "(COALESCE(" + o + ", '') = '' OR " + e + " IS NULL OR " + e + " <= " + now + ")";
-    const std::string mine = "(" + owner_is + " AND " + h + " > 0 AND " + e + " > " + now + ")";
+    // Only an attempt outside a waiting call re-enters (the flag; see acquire()).
+    const std::string mine = "(? AND " + owner_is + " AND " + h + " > 0 AND " + e + " > " + now + ")";
     live = "COALESCE(" + o + ", '') <> '' AND " + e + " > " + now;
     const std::string left = "TIMESTAMPDIFF(MICROSECOND, " + now + ", " + e + ") - " + std::to_string(round_up_us);
     // Columns are assigned left to right and later ones see the new values: the version and
     // the hold count are decided on the old owner, then the owner and the expiry are written
     // (after the hold count, more than one hold means a re-entry, whose lease never shortens).
     // A take rings no one but tries the key's doorbell (GET_LOCK) so its release can ring it.
-    // Parameters: owner, bell, bell, owner, owner, ttl, ttl, key, owner.
+    // Parameters: reenter, owner, bell, bell, reenter, owner, owner, ttl, ttl, key, reenter, owner.
     acquire = "UPDATE " + t + " SET " + v + " = IF(" + mine + ", " + v + " + 0 * LAST_INSERT_ID(0), LAST_INSERT_ID(COALESCE(" +
               v + ", 0) + 1 + 0 * IF(IS_USED_LOCK(?) <=> CONNECTION_ID(), 1, COALESCE(GET_LOCK(?, 0), 0)))), " + h +
               " = IF(" + mine + ", " + h + " + 1, 1), " + o + " = ?, " + e + " = IF(" + h + " > 1, GREATEST(" + e + ", " +
@@ -126,42 +127,27 @@ class RowBackend final : public ModeBackend {
                             " bytes, but column `" + settings_.columns.owner + "` of table '" + settings_.table +
                             "' holds " + std::to_string(facts_.owner_max) + "; widen the column or use a shorter owner");
     }
-    const std::string bell = bell_name(request.key);
     Attempt attempt = attempt_for(request, false);
-    Connection* connection = attempt.connection;
-    const std::int64_t ttl = expiry_us(request.ttl);
-    const auto outcome = with_retries(request.key, [&] {
-      return connection->execute(sql_.acquire, {request.owner, bell, bell, request.owner, request.owner, ttl, ttl,
-                                                request.key, request.owner});
-    });
-    if (outcome.affected == 1 && outcome.insert_id != 0) {  // taken: the new version is the token
-      remember(request.key, request.owner, connection->serial());
-      if (attempt.channel) attempt.channel->bell_settled();
-      return backend::Acquired{outcome.insert_id, 1};
+    DoorbellChannel* channel = attempt.channel;
+    if (!channel) return attempt_on(*attempt.connection, request, nullptr);
+    try {
+      return attempt_on(channel->connection(), request, channel);
+    } catch (const Error&) {
+      if (!channel->connection().broken()) throw;
     }
-    if (outcome.affected == 1) {  // a re-entry
-      const auto rows = with_retries(request.key, [&] {
-        return connection->query(sql_.reentered, {request.key, request.owner});
-      });
-      if (attempt.channel) attempt.channel->bell_settled();
-      if (rows.empty()) throw BackendError("a re-entry of '" + std::string(request.key) + "' left no row", kName);
-      return backend::Acquired{to_u64(rows[0][0]), static_cast<std::uint32_t>(to_u64(rows[0][1]))};
+    // The server ended the waiter's session (KILL, restart) before the answer came. The attempt
+    // is made again on a new session, which never re-enters: a row this owner holds then may
+    // be the lost attempt's, or another call's of the same owner, which the row cannot tell.
+    channel->reconnect();
+    auto result = attempt_on(channel->connection(), request, channel);
+    if (const auto* held = std::get_if<backend::Held>(&result); held && held->holder.owner == request.owner) {
+      throw OutcomeUnknownError("the connection to " + settings_.connect.redacted_url +
+                                    " broke before the answer came, and the row is now this owner's: the lost attempt"
+                                    " may have taken it (inspect gives the token to release it with; it frees when"
+                                    " its lease ends)",
+                                std::string(request.key), kName);
     }
-    const std::int64_t kept = keeps_doorbell(request.key, *connection) ? 1 : 0;
-    const auto rows =
-        with_retries(request.key, [&] { return connection->query(sql_.conflict, {kept, bell, bell, request.key}); });
-    if (attempt.channel) attempt.channel->bell_settled();
-    if (rows.empty()) {
-      throw InvalidArgument("row mode locks rows that exist: table '" + settings_.table + "' has no row with `" +
-                            settings_.columns.id + "` = '" + std::string(request.key) + "'; insert it first");
-    }
-    LockInfo holder = info(std::string(request.key), rows[0], 0);
-    if (holder.owner.empty() || holder.ttl_left.count() == 0) {
-      // Freed between the two statements: try again at once.
-      holder.owner = "(released just now)";
-      holder.ttl_left = std::chrono::milliseconds(1);
-    }
-    return backend::Held{std::move(holder)};
+    return result;
   }
 
   bool renew(const backend::LeaseRef& lease, std::chrono::milliseconds ttl) override {
@@ -174,17 +160,20 @@ class RowBackend final : public ModeBackend {
 
   std::optional<std::uint32_t> release(const backend::LeaseRef& lease) override {
     const std::string bell = bell_name(lease.key);
-    auto connection = take_for(lease.key, lease.owner);
+    auto connection = take_for(lease.key, lease.owner, lease.token);
+    const bool on_holder = remembered(lease.key, lease.owner, lease.token) == connection->serial();
     const auto outcome = with_retries(lease.key, [&] {
       return connection->execute(sql_.release,
                                  {bell, bell, lease.key, lease.owner, static_cast<std::int64_t>(lease.token)});
     });
     const bool evicted = outcome.affected == 1 && outcome.insert_id == kEvictedRelease;
     if (outcome.affected == 1 && outcome.insert_id > 0 && !evicted) return static_cast<std::uint32_t>(outcome.insert_id);
-    forget(lease.key, lease.owner);
+    forget(lease.key, lease.owner, lease.token);
     if (evicted) return std::nullopt;  // freed, and rang, as its last release
     if (outcome.affected == 1) return 0u;
-    with_retries(lease.key, [&] {
+    // Lost: drop the doorbell its session still holds for it (any other connection's is a
+    // newer acquisition's).
+    if (on_holder) with_retries(lease.key, [&] {
       return connection->query("SELECT IF(IS_USED_LOCK(?) <=> CONNECTION_ID(), RELEASE_LOCK(?), 0)", {bell, bell});
     });
     return std::nullopt;
@@ -208,6 +197,46 @@ class RowBackend final : public ModeBackend {
   }
 
  private:
+  // One attempt on `connection`: through a waiting call's `channel`, which never re-enters (its
+  // owner held nothing when it began to wait), or not.
+  backend::AcquireResult attempt_on(Connection& connection, const backend::AcquireRequest& request,
+                                    DoorbellChannel* channel) {
+    const std::string bell = bell_name(request.key);
+    const std::int64_t reenter = channel ? 0 : 1;
+    const std::int64_t ttl = expiry_us(request.ttl);
+    const auto outcome = with_retries(request.key, [&] {
+      return connection.execute(sql_.acquire, {reenter, request.owner, bell, bell, reenter, request.owner, request.owner,
+                                               ttl, ttl, request.key, reenter, request.owner});
+    });
+    if (outcome.affected == 1 && outcome.insert_id != 0) {  // taken: the new version is the token
+      remember(request.key, request.owner, connection.serial(), outcome.insert_id);
+      if (channel) channel->bell_settled();
+      return backend::Acquired{outcome.insert_id, 1};
+    }
+    if (outcome.affected == 1) {  // a re-entry
+      const auto rows = with_retries(request.key, [&] {
+        return connection.query(sql_.reentered, {request.key, request.owner});
+      });
+      if (rows.empty()) throw BackendError("a re-entry of '" + std::string(request.key) + "' left no row", kName);
+      return backend::Acquired{to_u64(rows[0][0]), static_cast<std::uint32_t>(to_u64(rows[0][1]))};
+    }
+    const std::int64_t kept = keeps_doorbell(request.key, connection) ? 1 : 0;
+    const auto rows =
+        with_retries(request.key, [&] { return connection.query(sql_.conflict, {kept, bell, bell, request.key}); });
+    if (channel) channel->bell_settled();
+    if (rows.empty()) {
+      throw InvalidArgument("row mode locks rows that exist: table '" + settings_.table + "' has no row with `" +
+                            settings_.columns.id + "` = '" + std::string(request.key) + "'; insert it first");
+    }
+    LockInfo holder = info(std::string(request.key), rows[0], 0);
+    if (holder.owner.empty() || holder.ttl_left.count() == 0) {
+      // Freed between the two statements: try again at once.
+      holder.owner = "(released just now)";
+      holder.ttl_left = std::chrono::milliseconds(1);
+    }
+    return backend::Held{std::move(holder)};
+  }
+
   // Why `key` is not a row's id of its own, for keys the id column would take for another's
   // (an integer id: 'abc' is 0, '01' is 1; a collation padding with spaces: 'a ' is 'a').
   std::optional<std::string> misfit(std::string_view key) const {

@@ -155,7 +155,7 @@ class SessionBackend final : public ModeBackend {
     }
     if (attempt.channel) attempt.channel->bell_settled();
     if (outcome.affected == 1 || (outcome.affected == 2 && outcome.insert_id != 0)) {
-      remember(request.key, request.owner, connection->serial());
+      remember(request.key, request.owner, connection->serial(), outcome.insert_id);
       return backend::Acquired{outcome.insert_id, 1};
     }
     if (outcome.affected == 2) {  // a re-entry on this connection
@@ -215,15 +215,15 @@ class SessionBackend final : public ModeBackend {
 
   std::optional<std::uint32_t> release(const backend::LeaseRef& lease) override {
     const std::string bell = bell_name(lease.key);
-    auto connection = take_for(lease.key, lease.owner);
-    const bool on_holder = remembered(lease.key, lease.owner) == connection->serial();
+    auto connection = take_for(lease.key, lease.owner, lease.token);
+    const bool on_holder = remembered(lease.key, lease.owner, lease.token) == connection->serial();
     const auto token = static_cast<std::int64_t>(lease.token);
     const auto outcome = with_retries(lease.key, [&] {
       return connection->execute(sql_.release, {bell, bell, lease.key, lease.owner, token, bell});
     });
     const bool evicted = outcome.affected == 1 && outcome.insert_id == kEvictedRelease;
     if (outcome.affected == 1 && outcome.insert_id > 0 && !evicted) return static_cast<std::uint32_t>(outcome.insert_id);
-    forget(lease.key, lease.owner);
+    forget(lease.key, lease.owner, lease.token);
     if (outcome.affected != 1) {
       // Lost. The holder's connection still has the lock when its lease ran out after an
       // eviction: it would keep the key, and go back to the pool with it.

@@ -33,6 +33,7 @@
 #include <vector>
 
 #include "backends/mysql/mysql_backend.hpp"
+#include "core/stable_hash.hpp"
 #include "dlock/client.hpp"
 #include "dlock/errors.hpp"
 #include "support/mysql_rows.hpp"
@@ -974,6 +975,165 @@ TEST_F(MysqlFault, HeirWhoseSessionEndedIsPassedOver) {
   Attempt next = client.try_acquire("k");
   ASSERT_TRUE(next);
   next.lease().release();
+}
+
+// Defect: a KILL returns before the session ends, so a release could hand the key to a heir
+// whose session was ending (the heir slot still named it). The heir, going on on a new
+// session, took its own key as a re-entry: two holds in the row and one in the client, so
+// its release left the key held until the TTL. Here the heir's session ends after the
+// handover and before the heir sees it: the release comes from another client with the
+// holder's owner and token, which holds no doorbell, so nothing wakes the heir first.
+TEST_F(MysqlFault, HeirWhoseSessionEndsBeforeItSeesTheHandoverHoldsTheKeyOnce) {
+  Client holder_client = Client::open(table_url());
+  Client releaser = Client::open(table_url());
+  Client waiter_client = Client::open(table_url());
+  RawConnection raw(url_);
+  ASSERT_TRUE(raw.ok()) << raw.error();
+  Lease held = holder_client.acquire("k", LockOptions{.ttl = 30s});
+  // A TTL whose eighth (one wait of the heir) outlasts the test's steps.
+  auto waiter = std::async(std::launch::async,
+                           [&] { return waiter_client.try_acquire_for("k", 30s, LockOptions{.ttl = 120s}); });
+  ASSERT_TRUE(eventually([&] { return !heir_of(raw, table_).empty(); }, 10s)) << "the waiter never became the heir";
+  const auto heir = raw.query("SELECT heir_session FROM `" + table_ + "` WHERE name = 'k'");
+  ASSERT_TRUE(heir && heir->size() == 1) << raw.error();
+
+  EXPECT_EQ(releaser.release("k", held.owner(), held.token()), 0U);
+  held.detach();
+  ASSERT_TRUE(raw.query("KILL CONNECTION " + heir->at(0).at(0))) << raw.error();
+
+  ASSERT_EQ(waiter.wait_for(20s), std::future_status::ready) << "the heir did not get the key handed to it";
+  Attempt attempt = waiter.get();
+  ASSERT_TRUE(attempt) << "the heir gave up";
+  EXPECT_EQ(attempt.lease().token(), held.token() + 1);
+  const auto seen = releaser.inspect("k");
+  ASSERT_TRUE(seen);
+  EXPECT_EQ(seen->owner, attempt.lease().owner());
+  EXPECT_EQ(seen->hold_count, 1U) << "the handover was counted as a re-entry";
+  attempt.lease().release();
+  const auto left = releaser.inspect("k");
+  EXPECT_FALSE(left) << "the heir's release left the key held, " << left->hold_count << " holds";
+}
+
+// KILL CONNECTION for the session of `raw`'s user running a statement that starts with
+// `statement`, once one does (an attempt waiting for a lock the test holds). False if none
+// did within 10 s.
+bool kill_session_running(RawConnection& raw, const std::string& statement) {
+  std::string id;
+  const bool found = eventually(
+      [&] {
+        const auto rows = raw.query("SELECT id FROM information_schema.PROCESSLIST WHERE info LIKE '" + statement +
+                                    "%' AND id <> CONNECTION_ID()");
+        if (rows && !rows->empty()) id = rows->at(0).at(0);
+        return !id.empty();
+      },
+      10s);
+  return found && raw.query("KILL CONNECTION " + id).has_value();
+}
+
+// The waiter of `waiter` gets the key after the holder's release (token `token`), with one
+// hold, and its release frees it: it did not end when its attempt was killed.
+void expect_waiter_took_over(std::future<Attempt>& waiter, std::uint64_t token, Client& client) {
+  ASSERT_EQ(waiter.wait_for(20s), std::future_status::ready) << "the waiter did not get the released key";
+  try {
+    Attempt attempt = waiter.get();
+    ASSERT_TRUE(attempt) << "the waiter gave up";
+    EXPECT_EQ(attempt.lease().token(), token + 1);
+    EXPECT_EQ(attempt.lease().hold_count(), 1U);
+    attempt.lease().release();
+  } catch (const Error& e) {
+    FAIL() << "the waiting call ended when its attempt was killed: " << e.what();
+  }
+  EXPECT_FALSE(client.inspect("k")) << "the waiter's release left the key held";
+}
+
+// Defect: the server ending a waiter's session during an attempt, not during a wait (a KILL
+// of every session of the user lands on whichever statement runs), ended the waiting call
+// with OutcomeUnknownError. The waiter goes on waiting: the attempt is made again on a new
+// session. Here the attempt waits for the token floor, which the test keeps locked, while it
+// is killed.
+TEST_F(MysqlFault, WaiterWhoseAttemptIsKilledGoesOnWaiting) {
+  Client holder_client = Client::open(table_url());
+  Client waiter_client = Client::open(table_url());
+  RawConnection raw(url_);
+  ASSERT_TRUE(raw.ok()) << raw.error();
+  Lease held = holder_client.acquire("k", LockOptions{.ttl = 30s});
+  // A TTL of 2 s: one wait of the heir lasts 250 ms, then it makes an attempt.
+  auto waiter = std::async(std::launch::async, [&] {
+    return waiter_client.try_acquire_for("k", 30s, LockOptions{.ttl = 2s, .auto_renew = true});
+  });
+  ASSERT_TRUE(eventually([&] { return !heir_of(raw, table_).empty(); }, 10s)) << "the waiter never became the heir";
+  ASSERT_TRUE(raw.query("START TRANSACTION")) << raw.error();
+  ASSERT_TRUE(raw.query("SELECT v FROM `" + table_ + "_seq` WHERE id = 0 FOR UPDATE")) << raw.error();
+  ASSERT_TRUE(kill_session_running(raw, "INSERT INTO `" + table_ + "` (")) << "the waiter made no attempt";
+  ASSERT_TRUE(raw.query("COMMIT")) << raw.error();
+  held.release();
+  expect_waiter_took_over(waiter, held.token(), holder_client);
+}
+
+// The same in row mode, where the waiter sleeps on the doorbell alone: its attempt at the end
+// of the holder's lease waits for the row, which the test keeps locked, while it is killed.
+TEST_F(MysqlFault, RowModeWaiterWhoseAttemptIsKilledGoesOnWaiting) {
+  const std::string url = row_url({"k"});
+  Client holder_client = Client::open(url);
+  Client waiter_client = Client::open(url);
+  RawConnection raw(url_);
+  ASSERT_TRUE(raw.ok()) << raw.error();
+  Lease held = holder_client.acquire("k", LockOptions{.ttl = 5s});
+  auto waiter = std::async(std::launch::async, [&] { return waiter_client.try_acquire_for("k", 30s); });
+  ASSERT_TRUE(eventually(
+      [&] {
+        const auto rows = raw.query("SELECT COUNT(*) FROM information_schema.PROCESSLIST WHERE state = 'User lock'");
+        return rows && !rows->empty() && rows->at(0).at(0) != "0";
+      },
+      10s))
+      << "the waiter never slept on the doorbell";
+  ASSERT_TRUE(raw.query("START TRANSACTION")) << raw.error();
+  ASSERT_TRUE(raw.query("SELECT id FROM `" + table_ + "` WHERE id = 'k' FOR UPDATE")) << raw.error();
+  ASSERT_TRUE(kill_session_running(raw, "UPDATE `" + table_ + "` SET")) << "the waiter made no attempt";
+  ASSERT_TRUE(raw.query("COMMIT")) << raw.error();
+  held.detach();  // its lease has run out: the waiter took the key over
+  expect_waiter_took_over(waiter, held.token(), holder_client);
+}
+
+// ---- A release that comes too late ----
+
+// The key's doorbell (src/backends/mysql/common.cpp, bell_name): a GET_LOCK named after the
+// database, the table and the key.
+std::string bell_of(const std::string& url, const std::string& table, const std::string& key) {
+  char hex[17];
+  const std::string scope = UrlParts::parse(url).database + "." + table + ":" + key;
+  std::snprintf(hex, sizeof hex, "%016llx", static_cast<unsigned long long>(core::stable_hash(scope)));
+  return std::string("dlock:") + hex;
+}
+
+// Defect: the release of an acquisition whose lease had run out, after its owner took the key
+// again, forgot the connection of the newer acquisition and gave up that one's doorbell
+// (the session keeping it), so its release rang nobody. Lease and row mode keep a doorbell
+// beside the lock.
+void late_release_keeps_the_newer_doorbell(const std::string& url, const std::string& table) {
+  Client client = Client::open(url);
+  Lease earlier = client.acquire("k", LockOptions{.ttl = 1s, .owner = "script"});
+  ASSERT_TRUE(eventually([&] { return !client.inspect("k"); }, 10s)) << "the lease never ran out";
+  Lease newer = client.acquire("k", LockOptions{.ttl = 30s, .owner = "script"});
+  ASSERT_GT(newer.token(), earlier.token());
+  const std::string holds_bell = "SELECT IS_USED_LOCK('" + bell_of(url, table, "k") + "')";
+  const auto keeper = test::select_rows(url, holds_bell);
+  ASSERT_TRUE(keeper.size() == 1 && keeper[0][0]) << "no session keeps the doorbell of the newer acquisition";
+
+  EXPECT_THROW(earlier.release(), LockLostError);
+  const auto after = test::select_rows(url, holds_bell);
+  ASSERT_EQ(after.size(), 1U);
+  EXPECT_EQ(after[0][0], keeper[0][0]) << "the late release gave up the newer acquisition's doorbell";
+  newer.release();
+  EXPECT_FALSE(test::select_rows(url, holds_bell).at(0).at(0)) << "the newer acquisition's release did not ring";
+}
+
+TEST_F(MysqlFault, LateReleaseKeepsTheNewerAcquisitionsDoorbell) {
+  late_release_keeps_the_newer_doorbell(table_url(), table_);
+}
+
+TEST_F(MysqlFault, RowModeLateReleaseKeepsTheNewerAcquisitionsDoorbell) {
+  late_release_keeps_the_newer_doorbell(row_url({"k"}), table_);
 }
 
 }  // namespace
