@@ -109,6 +109,9 @@ int serve(const GlobalOptions& global, const ServeOptions& options) {
   }
   AuditLog audit(options.audit_log.empty() ? default_audit_log() : options.audit_log);
   Client client = open_client(global);
+  // A client that hangs up before reading its answer must cost one EPIPE, not the server
+  // (cpp-httplib sends without MSG_NOSIGNAL).
+  ::signal(SIGPIPE, SIG_IGN);
 
   // SIGINT and SIGTERM stop the server from a thread of its own (stop() is not
   // async-signal-safe); every other thread inherits the blocked mask.
