@@ -75,12 +75,7 @@ class CliTest : public ::testing::Test {
   }
 
   std::string path(const std::string& name) const { return dir_ + "/" + name; }
-  std::string read(const std::string& name) const {
-    std::ifstream in(path(name));
-    std::stringstream text;
-    text << in.rdbuf();
-    return text.str();
-  }
+  std::string read(const std::string& name) const { return dlock::test::read_text(path(name)); }
   bool exists(const std::string& name) const { return std::filesystem::exists(path(name)); }
 
   // Waits until a command has written a line to `name` (its pid, usually) and returns it.

@@ -168,12 +168,7 @@ class RunFaultsTest : public ::testing::Test {
   }
 
   std::string path(const std::string& name) const { return dir_ + "/" + name; }
-  std::string read(const std::string& name) const {
-    std::ifstream in(path(name));
-    std::stringstream text;
-    text << in.rdbuf();
-    return text.str();
-  }
+  std::string read(const std::string& name) const { return dlock::test::read_text(path(name)); }
   // The pid a command wrote to `name`, once it has written the whole line.
   pid_t wait_for_pid(const std::string& name) const {
     std::string text;

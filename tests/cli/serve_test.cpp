@@ -248,12 +248,7 @@ class ServeTest : public ::testing::Test {
   }
 
   std::string path(const std::string& name) const { return dir_ + "/" + name; }
-  std::string read(const std::string& name) const {
-    std::ifstream in(path(name));
-    std::stringstream text;
-    text << in.rdbuf();
-    return text.str();
-  }
+  std::string read(const std::string& name) const { return dlock::test::read_text(path(name)); }
   void write(const std::string& name, const std::string& text) const {
     std::ofstream(path(name)) << text;
   }

@@ -12,6 +12,7 @@
 #include <filesystem>
 #include <string_view>
 #include <fstream>
+#include <sstream>
 #include <stdexcept>
 #include <system_error>
 #include <thread>
@@ -158,6 +159,13 @@ bool is_dead(pid_t pid) {
   const auto paren = line.rfind(')');
   return paren == std::string::npos || paren + 2 >= line.size() || line[paren + 2] == 'Z' ||
          line[paren + 2] == 'X';
+}
+
+std::string read_text(const std::string& path) {
+  std::ifstream in(path);
+  std::stringstream text;
+  text << in.rdbuf();
+  return text.str();
 }
 
 std::string make_temp_dir(const std::string& prefix) {

@@ -26,6 +26,8 @@ const char* dlock_binary();
 // "a b c", for messages.
 std::string describe(const std::vector<std::string>& argv);
 
+// A file's whole text; empty when it cannot be read (not written yet).
+std::string read_text(const std::string& path);
 // A new directory under the system's temporary directory, named PREFIX-XXXXXX.
 std::string make_temp_dir(const std::string& prefix);
 // This process's environment without any DLOCK_* variable, then `extra` (NAME=VALUE each).
