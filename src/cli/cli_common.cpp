@@ -51,11 +51,8 @@ std::string percent_encode(std::string_view text) {
   return out;
 }
 
-// Where the userinfo of `url` is: [begin, at) before the '@' at `at`, or nothing.
-struct Userinfo {
-  std::size_t begin = 0;
-  std::size_t at = std::string::npos;
-};
+}  // namespace
+
 std::optional<Userinfo> find_userinfo(std::string_view url) {
   const auto scheme_end = url.find("://");
   if (scheme_end == std::string_view::npos) return std::nullopt;
@@ -63,8 +60,6 @@ std::optional<Userinfo> find_userinfo(std::string_view url) {
   const std::string_view authority = url.substr(begin, url.find_first_of("/?", begin) - begin);
   return Userinfo{begin, authority.rfind('@') == std::string_view::npos ? std::string::npos : begin + authority.rfind('@')};
 }
-
-}  // namespace
 
 bool password_given(const GlobalOptions& global) {
   const auto set = [](const char* name) {

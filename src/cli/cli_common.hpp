@@ -3,6 +3,8 @@
 // Shared by the dlock subcommands: global options, exit codes, output helpers.
 
 #include <nlohmann/json.hpp>
+#include <optional>
+#include <string_view>
 #include <string>
 #include <vector>
 
@@ -29,6 +31,14 @@ struct GlobalOptions {
 Client open_client(const GlobalOptions& global);
 // True when a password comes from --password-file, DLOCK_PASSWORD_FILE or DLOCK_PASSWORD.
 bool password_given(const GlobalOptions& global);
+
+// Where the userinfo of `url` is: [begin, at) before the '@' at `at` (npos when there is no
+// userinfo); nothing when `url` has no scheme.
+struct Userinfo {
+  std::size_t begin = 0;
+  std::size_t at = std::string::npos;
+};
+std::optional<Userinfo> find_userinfo(std::string_view url);
 
 // `url` with `password` in its userinfo (percent-encoded); ConfigurationError when the URL has
 // a password already. A lone userinfo becomes the user name.

@@ -159,20 +159,16 @@ namespace {
 std::string without_password(std::string_view var, bool password_given) {
   constexpr std::string_view name = "DLOCK_URL=";
   const std::string_view url = var.substr(name.size());
-  const auto scheme_end = url.find("://");
-  if (scheme_end == std::string_view::npos) return std::string(var);
-  const std::string_view rest = url.substr(scheme_end + 3);
-  const std::string_view authority = rest.substr(0, rest.find_first_of("/?"));
-  const auto at = authority.rfind('@');
-  if (at == std::string_view::npos) return std::string(var);
-  const std::string_view userinfo = authority.substr(0, at);
+  const auto found = find_userinfo(url);
+  if (!found || found->at == std::string::npos) return std::string(var);
+  const std::string_view userinfo = url.substr(found->begin, found->at - found->begin);
   const auto colon = userinfo.find(':');
-  const std::string_view scheme = url.substr(0, scheme_end);
+  const std::string_view scheme = url.substr(0, found->begin - 3);
   const bool lone_is_password = !password_given && (scheme == "redis" || scheme == "redlock");
   if (colon == std::string_view::npos && !lone_is_password) return std::string(var);
   const std::string_view kept = colon == std::string_view::npos ? std::string_view() : userinfo.substr(0, colon);
-  return fmt::format("{}{}{}{}{}", name, url.substr(0, scheme_end + 3), kept, kept.empty() ? "" : "@",
-                     rest.substr(at + 1));
+  return fmt::format("{}{}{}{}{}", name, url.substr(0, found->begin), kept, kept.empty() ? "" : "@",
+                     url.substr(found->at + 1));
 }
 
 }  // namespace
