@@ -444,15 +444,11 @@ void ClientState::renew(LeaseState& state, std::chrono::milliseconds ttl) {
   flush_activity_soon();
 }
 
-void MutexState::adopt(Lease lease, const std::string& owner) {
-  std::lock_guard lock(mutex);
-  if (!loss_callbacks.empty()) {
-    auto callbacks = loss_callbacks;
-    lease.on_lost([callbacks](const LossInfo& info) {
-      for (const auto& callback : callbacks) callback(info);
-    });
-  }
-  holds[owner].push_back(std::move(lease));
+// now + timeout, or the end of time when that would not fit.
+SteadyClock::time_point deadline_after(std::chrono::steady_clock::duration timeout) {
+  const auto now = std::chrono::steady_clock::now();
+  return timeout >= std::chrono::steady_clock::time_point::max() - now ? std::chrono::steady_clock::time_point::max()
+                                                                       : now + timeout;
 }
 
 }  // namespace detail
@@ -533,109 +529,6 @@ Lease& Attempt::lease() {
   return *lease_;
 }
 
-// ---- Mutex ----
-
-Mutex::Mutex(std::shared_ptr<detail::MutexState> state) : state_(std::move(state)) {}
-Mutex::Mutex(Mutex&&) noexcept = default;
-Mutex& Mutex::operator=(Mutex&&) noexcept = default;
-Mutex::~Mutex() = default;
-
-void Mutex::lock() {
-  const bool acquired = try_lock_until_steady(std::chrono::steady_clock::time_point::max());
-  if (!acquired) throw std::logic_error("blocking acquire returned without the lock");
-}
-
-bool Mutex::try_lock() { return try_lock_until_steady(std::chrono::steady_clock::now()); }
-
-namespace {
-
-// now + timeout, or the end of time when that would not fit.
-std::chrono::steady_clock::time_point deadline_after(std::chrono::steady_clock::duration timeout) {
-  const auto now = std::chrono::steady_clock::now();
-  return timeout >= std::chrono::steady_clock::time_point::max() - now ? std::chrono::steady_clock::time_point::max()
-                                                                       : now + timeout;
-}
-
-void require_state(const std::shared_ptr<detail::MutexState>& state) {
-  if (!state) throw std::logic_error("use of a moved-from dlock::Mutex");
-}
-
-}  // namespace
-
-bool Mutex::try_lock_for_steady(std::chrono::steady_clock::duration timeout) {
-  return try_lock_until_steady(deadline_after(timeout));
-}
-
-bool Mutex::try_lock_until_steady(std::chrono::steady_clock::time_point deadline) {
-  require_state(state_);
-  const std::string owner = state_->current_owner();
-  Attempt attempt = state_->client->acquire_until(state_->key, state_->options, deadline);
-  if (!attempt) {
-    std::lock_guard lock(state_->mutex);
-    state_->last_holder[owner] = attempt.holder();
-    return false;
-  }
-  state_->adopt(std::move(attempt.lease()), owner);
-  return true;
-}
-
-void Mutex::unlock() noexcept {
-  if (!state_) {
-    core::log(LogLevel::error, "unlock() of a moved-from dlock::Mutex");
-    return;
-  }
-  try {
-    const std::string owner = state_->current_owner();
-    std::optional<Lease> lease;
-    {
-      std::lock_guard lock(state_->mutex);
-      auto it = state_->holds.find(owner);
-      if (it == state_->holds.end() || it->second.empty()) {
-        core::log(LogLevel::error, "unlock() of '" + state_->key + "' by an owner that does not hold it");
-        return;
-      }
-      lease.emplace(std::move(it->second.back()));
-      it->second.pop_back();
-      if (it->second.empty()) state_->holds.erase(it);
-    }
-    lease->release();
-  } catch (const LockLostError&) {
-    // Reported through the loss callbacks and the log.
-  } catch (const std::exception& e) {
-    core::log(LogLevel::warning, "unlock() of '" + state_->key + "' failed: " + e.what());
-  }
-}
-
-const std::string& Mutex::key() const noexcept {
-  static const std::string none;
-  return state_ ? state_->key : none;
-}
-
-const Lease* Mutex::lease() const {
-  if (!state_) return nullptr;
-  const std::string owner = state_->current_owner();
-  std::lock_guard lock(state_->mutex);
-  const auto it = state_->holds.find(owner);
-  return it == state_->holds.end() || it->second.empty() ? nullptr : &it->second.back();
-}
-
-std::optional<LockInfo> Mutex::last_holder() const {
-  if (!state_) return std::nullopt;
-  const std::string owner = state_->current_owner();
-  std::lock_guard lock(state_->mutex);
-  const auto it = state_->last_holder.find(owner);
-  return it == state_->last_holder.end() ? std::nullopt : it->second;
-}
-
-void Mutex::on_lost(std::function<void(const LossInfo&)> callback) {
-  require_state(state_);
-  std::lock_guard lock(state_->mutex);
-  for (auto& [owner, leases] : state_->holds) {
-    for (auto& lease : leases) lease.on_lost(callback);
-  }
-  state_->loss_callbacks.push_back(std::move(callback));
-}
-
 // ---- Client ----
 
 Client::Client(std::shared_ptr<detail::ClientState> state) : state_(std::move(state)) {}
@@ -690,7 +583,7 @@ Attempt Client::try_acquire(std::string_view key, const LockOptions& options) co
 
 Attempt Client::try_acquire_for(std::string_view key, std::chrono::steady_clock::duration timeout,
                                 const LockOptions& options) const {
-  return state_->acquire_until(key, options, deadline_after(timeout));
+  return state_->acquire_until(key, options, detail::deadline_after(timeout));
 }
 
 Attempt Client::try_acquire_until(std::string_view key, std::chrono::steady_clock::time_point deadline,

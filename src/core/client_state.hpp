@@ -120,6 +120,9 @@ struct ClientState : std::enable_shared_from_this<ClientState> {
   std::map<std::pair<std::string, std::string>, std::weak_ptr<LeaseState>> registry_;
 };
 
+// now + timeout, or the end of time when that would not fit.
+SteadyClock::time_point deadline_after(SteadyClock::duration timeout);
+
 struct MutexState {
   std::shared_ptr<ClientState> client;
   std::string key;
