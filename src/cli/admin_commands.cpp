@@ -52,6 +52,7 @@ struct AcquireOptions {
   milliseconds ttl = kDefaultTtl;
   WaitOptions wait;
   int conflict_exit = kExitConflict;
+  bool quiet = false;
 };
 
 // A mysql:// session-mode lock ends with the connection holding it, so with this process.
@@ -80,7 +81,7 @@ int acquire(const GlobalOptions& global, const AcquireOptions& options) {
   if (!attempt) {
     if (global.json)
       print({{"acquired", false}, {"key", options.key}, {"holder", to_json(attempt.holder())}});
-    say(conflict_message(options.key, options.wait, attempt));
+    if (!options.quiet) say(conflict_message(options.key, options.wait, attempt));
     return options.conflict_exit;
   }
   Lease& lease = attempt.lease();
@@ -272,6 +273,7 @@ void add_admin_commands(CLI::App& app, const GlobalOptions& global, int& exit_co
                      "Exit code when the lock was not obtained in time")
         ->capture_default_str()
         ->check(CLI::Range(0, 255));
+    add_quiet_flag(*command, options->quiet);
     command->add_option("KEY", options->key, "The lock's key")->required();
     command->callback([&global, &exit_code, options] { exit_code = acquire(global, *options); });
   }

@@ -137,6 +137,12 @@ void add_wait_options(CLI::App& command, WaitOptions& options) {
       ->excludes(wait);
 }
 
+void add_quiet_flag(CLI::App& command, bool& quiet) {
+  command.add_flag("-q,--quiet", quiet,
+                   "Say nothing when the lock is not obtained in time, as flock(1) does (cron mails no "
+                   "'busy'); errors are still reported");
+}
+
 Attempt take_lock(const Client& client, std::string_view key, const WaitOptions& wait,
                   const LockOptions& options) {
   if (wait.no_wait) return client.try_acquire(key, options);

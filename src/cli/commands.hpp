@@ -28,6 +28,8 @@ struct WaitOptions {
   bool no_wait = false;                           // --no-wait: one attempt
 };
 void add_wait_options(CLI::App& command, WaitOptions& options);
+// -q/--quiet: no message when the lock is not obtained in time (errors are still reported).
+void add_quiet_flag(CLI::App& command, bool& quiet);
 
 // Adds an option taking "500ms", "30s", "5m"...; a malformed value is a usage error naming
 // the option (its last name). `target` is a std::chrono::milliseconds or an optional of one.

@@ -38,6 +38,7 @@ struct RunOptions {
   milliseconds ttl = kDefaultTtl;
   WaitOptions wait;
   int conflict_exit = kExitConflict;
+  bool quiet = false;
   int lost_exit = kExitLost;
   std::optional<milliseconds> kill_after;  // default: kill_grace(ttl)
 };
@@ -143,7 +144,7 @@ int run_command(const GlobalOptions& global, RunOptions& options) {
   Attempt attempt =
       take_lock(client, options.key, options.wait, LockOptions{.ttl = options.ttl, .auto_renew = true});
   if (!attempt) {
-    say(conflict_message(options.key, options.wait, attempt));
+    if (!options.quiet) say(conflict_message(options.key, options.wait, attempt));
     return options.conflict_exit;
   }
   Lease& lease = attempt.lease();
@@ -272,6 +273,7 @@ void add_run_command(CLI::App& app, const GlobalOptions& global, int& exit_code)
                   "Exit code when the lock was not obtained in time")
       ->capture_default_str()
       ->check(CLI::Range(0, 255));
+  add_quiet_flag(*run, options->quiet);
   run->add_option("--lost-exit-code", options->lost_exit,
                   "Exit code when the lock was lost while the command ran")
       ->capture_default_str()

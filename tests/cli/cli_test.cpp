@@ -154,6 +154,25 @@ TEST_F(CliTest, NoWaitExitsWithTheConflictCode) {
   EXPECT_FALSE(exists("ran")) << "the command ran without the lock";
 }
 
+// Defect: `run -n -E 0` wrote "busy" to stderr, so cron mailed on every overlap; flock is
+// silent there. -q silences the conflict message only: errors are still reported.
+TEST_F(CliTest, QuietSaysNothingWhenTheLockIsBusy) {
+  ASSERT_EQ(dlock({"acquire", "--owner", "someone-else", "k"}).exit_code, 0);
+  const Result run = dlock({"run", "-n", "-q", "-E", "0", "k", "true"});
+  EXPECT_EQ(run.exit_code, 0);
+  EXPECT_EQ(run.err, "");
+  const Result waited = dlock({"run", "--quiet", "-w", "100ms", "k", "--", "true"});
+  EXPECT_EQ(waited.exit_code, 1);
+  EXPECT_EQ(waited.err, "");
+  const Result acquire = dlock({"acquire", "-q", "-n", "--owner", "me", "k"});
+  EXPECT_EQ(acquire.exit_code, 1);
+  EXPECT_EQ(acquire.err, "");
+  EXPECT_EQ(acquire.out, "");
+  const Result error = dlock({"--url", "bogus", "run", "-q", "-n", "k", "true"});
+  EXPECT_EQ(error.exit_code, 69);
+  EXPECT_TRUE(contains(error.err, "invalid URL 'bogus'")) << error.err;
+}
+
 TEST_F(CliTest, BoundedWaitGivesUpInTime) {
   ASSERT_EQ(dlock({"acquire", "--owner", "someone-else", "k"}).exit_code, 0);
   const Result late = dlock({"run", "--wait", "300ms", "k", "--", "touch", path("ran")});
