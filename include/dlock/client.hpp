@@ -241,8 +241,9 @@ class DLOCK_EXPORT Client {
   std::shared_ptr<detail::ClientState> state_;
 };
 
-// Parses "500ms", "30s", "1.5s", "5m", "2h" (also "us"). Throws InvalidArgument naming the
-// accepted forms.
+// Parses "500ms", "30s", "1.5s", "5m", "2h" (also "us"); a bare number is seconds ("5", "0.5"),
+// as in flock(1). Rounds up to whole milliseconds. Throws InvalidArgument naming the accepted
+// forms.
 DLOCK_EXPORT std::chrono::milliseconds parse_duration(std::string_view text);
 
 // Where log lines from the library go (warnings about failed releases and renewals). The

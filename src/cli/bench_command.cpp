@@ -51,8 +51,8 @@ struct BenchArgs {
   Workload workload = Workload::ping;
   std::string workload_name;
   int clients = 1;
-  int duration_s = 10;
-  int hold_ms = 0;
+  std::chrono::milliseconds duration = 10s;
+  std::chrono::milliseconds hold{0};
   std::chrono::milliseconds ttl = kDefaultTtl;
   bool threads = false;
   std::string key_prefix;
@@ -195,7 +195,7 @@ WorkerResult run_worker(const Client& client, const BenchArgs& a, Shared& s, int
   // An explicit TTL: no auto-renewal, as in the other implementations measured beside dlock.
   Mutex mutex = client.mutex(key_for(a, index), LockOptions{.ttl = a.ttl});
   mutex.on_lost([&s](const LossInfo&) { s.leases_lost.fetch_add(1); });
-  const std::chrono::milliseconds hold(a.hold_ms);
+  const std::chrono::milliseconds hold = a.hold;
   wait_for_start(s);
   for (std::uint32_t phase; (phase = s.phase.load()) != kStop;) {
     const std::uint64_t t0 = mono_ns();
@@ -504,11 +504,11 @@ std::optional<Timeline> drive(Workers& workers, Shared& s, const Client& client,
     for (int i = 0; i < a.clients; ++i) total += s.measured_ops[i].ops.load(std::memory_order_relaxed);
     return total;
   };
-  if (!sleep_until(workers, start + static_cast<std::uint64_t>(a.duration_s) * kNsPerSecond,
+  if (!sleep_until(workers, start + static_cast<std::uint64_t>(a.duration.count()) * (kNsPerSecond / 1000),
                    [&](std::uint64_t now) {
                      const std::uint64_t ops = measured_ops();
                      const double elapsed = seconds(now - start);
-                     progress.show(fmt::format("{:.1f}/{} s, {} ops, {:.0f} ops/s", elapsed, a.duration_s,
+                     progress.show(fmt::format("{:.1f}/{}, {} ops, {:.0f} ops/s", elapsed, format_duration(a.duration),
                                                ops, static_cast<double>(ops) / elapsed));
                    })) {
     return std::nullopt;
@@ -560,10 +560,15 @@ int finish(Workers& workers, Shared& s, const Client& client, const BenchArgs& a
   j["clients"] = a.clients;
   j["mode"] = a.threads ? "threads" : "processes";
   if (a.workload != Workload::ping) {
-    j["hold_ms"] = a.hold_ms;
+    j["hold_ms"] = a.hold.count();
     j["ttl_ms"] = a.ttl.count();
   }
-  j["duration_s"] = a.duration_s;
+  // Whole seconds stay an integer, as before --duration took units.
+  if (a.duration.count() % 1000 == 0) {
+    j["duration_s"] = a.duration.count() / 1000;
+  } else {
+    j["duration_s"] = static_cast<double>(a.duration.count()) / 1000;
+  }
   j["ops"] = ops;
   j["ops_per_s"] = round_to(static_cast<double>(ops) / timeline->measured_s, 1);
   if (results.size() > 1) {
@@ -634,8 +639,8 @@ bool is_local_url(const GlobalOptions& global) {
 struct Flags {
   std::string workload;
   int clients = 0;
-  int duration_s = 10;
-  int hold_ms = 0;
+  std::chrono::milliseconds duration = 10s;
+  std::optional<std::chrono::milliseconds> hold;
   std::optional<std::chrono::milliseconds> ttl;
   bool threads = false;
   std::string key_prefix;
@@ -646,7 +651,7 @@ int usage_error(const std::string& message) {
   return kExitUsage;
 }
 
-int run_from_flags(const GlobalOptions& global, const Flags& f, bool clients_given, bool hold_given) {
+int run_from_flags(const GlobalOptions& global, const Flags& f, bool clients_given) {
   BenchArgs a;
   a.workload_name = f.workload;
   a.workload = f.workload == "ping"          ? Workload::ping
@@ -655,12 +660,12 @@ int run_from_flags(const GlobalOptions& global, const Flags& f, bool clients_giv
                                              : Workload::contended;
   const bool multi = a.workload == Workload::distinct || a.workload == Workload::contended;
   a.clients = clients_given ? f.clients : multi ? 8 : 1;
-  a.duration_s = f.duration_s;
-  a.hold_ms = hold_given ? f.hold_ms : a.workload == Workload::contended ? 1 : 0;
+  a.duration = f.duration;
+  a.hold = f.hold.value_or(a.workload == Workload::contended ? 1ms : 0ms);
   a.threads = f.threads;
   a.key_prefix = f.key_prefix.empty() ? fmt::format("dlock-bench/{}/", ::getpid()) : f.key_prefix;
 
-  if (a.workload == Workload::ping && (hold_given || f.ttl)) {
+  if (a.workload == Workload::ping && (f.hold || f.ttl)) {
     return usage_error("--hold and --ttl do not apply to --workload ping (it takes no lock)");
   }
   if (a.workload == Workload::uncontended && a.clients != 1) {
@@ -669,11 +674,15 @@ int run_from_flags(const GlobalOptions& global, const Flags& f, bool clients_giv
         "--workload distinct runs C clients on keys of their own");
   }
   a.ttl = f.ttl.value_or(kDefaultTtl);
-  if (std::chrono::milliseconds(a.hold_ms) >= a.ttl) {
+  if (a.duration < 1s || a.duration > 24h) {
+    return usage_error(fmt::format("--duration {} must be from 1s to 24h", format_duration(a.duration)));
+  }
+  if (a.hold > 1h) return usage_error(fmt::format("--hold {} is longer than 1h", format_duration(a.hold)));
+  if (a.hold >= a.ttl) {
     return usage_error(
         fmt::format("--hold {} must be shorter than --ttl ({}), or leases would expire "
                     "inside the critical section",
-                    a.hold_ms, format_duration(a.ttl)));
+                    format_duration(a.hold), format_duration(a.ttl)));
   }
   if (!a.threads && a.clients > 1 && is_local_url(global)) {
     return usage_error(
@@ -697,18 +706,16 @@ void add_bench_command(CLI::App& app, const GlobalOptions& global, int& exit_cod
              "--clients", flags->clients,
              "concurrent clients, processes unless --threads (default 1; 8 for distinct and contended)")
           ->check(CLI::Range(1, kMaxClients));
-  cmd->add_option("--duration", flags->duration_s, "seconds of measured work, after a 1 s warm-up")
-      ->capture_default_str()
-      ->check(CLI::Range(1, 86'400));
-  CLI::Option* hold = cmd->add_option("--hold", flags->hold_ms,
-                                      "milliseconds inside the critical section (default 0; 1 for contended)")
-                          ->check(CLI::Range(0, 3'600'000));
+  add_duration_option(*cmd, "--duration", flags->duration, "measured work, after a 1 s warm-up; 1s to 24h")
+      ->default_str("10s");
+  add_duration_option(*cmd, "--hold", flags->hold,
+                      "time inside the critical section, at most 1h (default 0; 1ms for contended)");
   add_duration_option(*cmd, "--ttl", flags->ttl, "lease of every acquisition; no auto-renewal (default 30s)");
   cmd->add_flag("--threads", flags->threads,
                 "run the clients as threads sharing one Client (required for local://)");
   cmd->add_option("--key-prefix", flags->key_prefix, "prefix of the keys locked (default dlock-bench/PID/)");
-  cmd->callback([flags, &global, &exit_code, clients, hold] {
-    exit_code = run_from_flags(global, *flags, clients->count() > 0, hold->count() > 0);
+  cmd->callback([flags, &global, &exit_code, clients] {
+    exit_code = run_from_flags(global, *flags, clients->count() > 0);
   });
 }
 

@@ -10,7 +10,7 @@ namespace dlock {
 std::chrono::milliseconds parse_duration(std::string_view text) {
   const auto fail = [&](const char* why) -> std::chrono::milliseconds {
     throw InvalidArgument("invalid duration '" + std::string(text) + "': " + why +
-                          " (write a number with a unit: 500ms, 30s, 1.5s, 5m, 2h)");
+                          " (write seconds, as in flock: 5, 0.5; or a number with a unit: 500ms, 30s, 1.5s, 5m, 2h)");
   };
   std::size_t unit_at = 0;
   while (unit_at < text.size() &&
@@ -23,18 +23,16 @@ std::chrono::milliseconds parse_duration(std::string_view text) {
   if (ec != std::errc() || end != text.data() + unit_at) return fail("the number is malformed");
   const std::string_view unit = text.substr(unit_at);
   double ms_per_unit = 0;
-  if (unit == "us") {
+  if (unit.empty() || unit == "s") {  // a bare number is seconds, as flock(1)'s -w takes it
+    ms_per_unit = 1000;
+  } else if (unit == "us") {
     ms_per_unit = 0.001;
   } else if (unit == "ms") {
     ms_per_unit = 1;
-  } else if (unit == "s") {
-    ms_per_unit = 1000;
   } else if (unit == "m") {
     ms_per_unit = 60'000;
   } else if (unit == "h") {
     ms_per_unit = 3'600'000;
-  } else if (unit.empty()) {
-    return fail("the unit is missing");
   } else {
     return fail("unknown unit");
   }

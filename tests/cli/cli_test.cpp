@@ -183,6 +183,23 @@ TEST_F(CliTest, BoundedWaitGivesUpInTime) {
   EXPECT_FALSE(exists("ran"));
 }
 
+// Defect: `-w 5` was refused (flock takes seconds without a unit) and `bench --duration` took
+// only a number of seconds while every other option took units: one syntax now.
+TEST_F(CliTest, DurationsAreSecondsOrTakeAUnitEverywhere) {
+  ASSERT_EQ(dlock({"acquire", "--owner", "someone-else", "k"}).exit_code, 0);
+  const Result late = dlock({"run", "-w", "0.3", "k", "--", "touch", path("ran")});
+  EXPECT_EQ(late.exit_code, 1) << late.err;
+  EXPECT_GE(late.elapsed, 300ms);
+  EXPECT_TRUE(contains(late.err, "after waiting 300ms")) << late.err;
+  EXPECT_FALSE(exists("ran"));
+  const Result ttl = dlock({"acquire", "--owner", "o", "--ttl", "90", "--json", "other"});
+  ASSERT_EQ(ttl.exit_code, 0) << ttl.err;
+  EXPECT_EQ(json::parse(ttl.out)["ttl_ms"], 90'000);
+  const Result bad = dlock({"bench", "--workload", "ping", "--duration", "2x"});
+  EXPECT_EQ(bad.exit_code, 64);
+  EXPECT_TRUE(contains(bad.err, "--duration: invalid duration '2x'")) << bad.err;
+}
+
 TEST_F(CliTest, LostLockStopsTheCommand) {
   auto run = start(
       {"run", "--ttl", "600ms", "k", "--", "/bin/sh", "-c", "echo $$ > " + path("pid") + "; exec sleep 30"});
@@ -500,7 +517,7 @@ TEST_F(CliTest, HelpOnEverySubcommand) {
 // A short contended run across real processes: one JSON line with the spec's fields, and the
 // correctness counters at zero.
 TEST_F(CliTest, BenchContendedPrintsOneJsonLineWithNoLostUpdates) {
-  const Result result = dlock({"bench", "--workload", "contended", "--clients", "3", "--duration", "1"}, 30s);
+  const Result result = dlock({"bench", "--workload", "contended", "--clients", "3", "--duration", "1s"}, 30s);
   ASSERT_EQ(result.exit_code, 0) << result.err;
   ASSERT_FALSE(result.out.empty());
   EXPECT_EQ(result.out.find('\n'), result.out.size() - 1) << "more than one line: " << result.out;
@@ -510,6 +527,8 @@ TEST_F(CliTest, BenchContendedPrintsOneJsonLineWithNoLostUpdates) {
   EXPECT_EQ(line["workload"], "contended");
   EXPECT_EQ(line["mode"], "processes");
   EXPECT_EQ(line["clients"], 3);
+  EXPECT_EQ(line["duration_s"], 1);
+  EXPECT_EQ(line["hold_ms"], 1);
   EXPECT_GT(line["ops"].get<long>(), 0);
   for (const char* field : {"ops_per_s", "p50_us", "p99_us", "handoff_p50_us", "handoff_p99_us", "ping_p50_us"}) {
     EXPECT_TRUE(line.contains(field)) << field;

@@ -93,9 +93,10 @@ TEST(UrlOptions, UnknownOptionsAreRejectedWithTheAcceptedOnes) {
 }
 
 TEST(UrlOptions, TypedValuesAreChecked) {
-  const auto url = Url::parse("x://h?n=12&b=maybe&d=10");
+  const auto url = Url::parse("x://h?n=12&b=maybe&d=10x&s=10");
   UrlOptions options(url);
   EXPECT_THROW(options.take_int("n", 1, 10), ConfigurationError);
   EXPECT_THROW(options.take_bool("b"), ConfigurationError);
   EXPECT_THROW(options.take_duration("d"), ConfigurationError);
+  EXPECT_EQ(options.take_duration("s"), std::chrono::seconds(10)) << "a bare number is seconds, as on the command line";
 }
