@@ -13,6 +13,7 @@
 #include "cli/bench_command.hpp"
 #include "cli/cli_common.hpp"
 #include "cli/commands.hpp"
+#include "cli/run_arguments.hpp"
 
 namespace {
 
@@ -31,6 +32,14 @@ std::string unknown_dash_argument(CLI::App& app, const CLI::App* command, int ar
   return {};
 }
 
+// `args` as an argv: pointers into its strings, then a null.
+std::vector<char*> c_argv(std::vector<std::string>& args) {
+  std::vector<char*> pointers;
+  for (auto& arg : args) pointers.push_back(arg.data());
+  pointers.push_back(nullptr);
+  return pointers;
+}
+
 int report(int exit_code, const std::string& message) {
   std::fprintf(stderr, "dlock: %s\n", message.c_str());
   return exit_code;
@@ -39,11 +48,9 @@ int report(int exit_code, const std::string& message) {
 int dlock_main(int argc, char** argv) {
   using namespace dlock::cli;
   std::vector<std::string> args = hide_url_passwords(argc, argv);
-  std::vector<char*> arg_pointers;
-  for (auto& arg : args) arg_pointers.push_back(arg.data());
-  arg_pointers.push_back(nullptr);
-  char** const parsed_argv = arg_pointers.data();
-  if (const auto failed = forward_serve(argc, parsed_argv)) return *failed;
+  if (std::vector<char*> pointers = c_argv(args); const auto failed = forward_serve(argc, pointers.data())) {
+    return *failed;
+  }
 
   CLI::App app{"Distributed locks from the shell, in the manner of flock(1).", "dlock"};
   // Subcommands hand options they do not know (--url, --json) to the top level, so the
@@ -79,7 +86,9 @@ int dlock_main(int argc, char** argv) {
 
   // Subcommand callbacks run inside parse(), so their exceptions land here too.
   try {
-    app.parse(argc, parsed_argv);
+    arrange_run_arguments(app, args);
+    std::vector<char*> pointers = c_argv(args);
+    app.parse(static_cast<int>(args.size()), pointers.data());
   } catch (const CLI::CallForHelp& e) {
     return app.exit(e);
   } catch (const CLI::CallForAllHelp& e) {

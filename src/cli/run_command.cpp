@@ -14,6 +14,7 @@
 #include <cerrno>
 #include <cstdint>
 #include <cstdio>
+#include <cstdlib>
 #include <memory>
 #include <mutex>
 #include <optional>
@@ -35,6 +36,7 @@ using SteadyClock = std::chrono::steady_clock;
 struct RunOptions {
   std::string key;
   std::vector<std::string> command;
+  std::optional<std::string> shell_command;  // -c
   milliseconds ttl = kDefaultTtl;
   WaitOptions wait;
   int conflict_exit = kExitConflict;
@@ -69,6 +71,12 @@ milliseconds checked_kill_grace(const RunOptions& options) {
         format_duration(std::max(most, milliseconds(0))), format_duration(*options.kill_after * 5 / 2)));
   }
   return *options.kill_after;
+}
+
+// -c STRING runs `$SHELL -c STRING`, or `/bin/sh -c STRING` without a $SHELL, as flock(1) does.
+std::vector<std::string> shell_command_line(const std::string& text) {
+  const char* shell = std::getenv("SHELL");  // NOLINT(concurrency-mt-unsafe): nothing calls setenv
+  return {shell != nullptr && *shell != '\0' ? shell : "/bin/sh", "-c", text};
 }
 
 [[noreturn]] void fail(const char* what) { throw std::system_error(errno, std::generic_category(), what); }
@@ -119,8 +127,18 @@ int run_command(const GlobalOptions& global, RunOptions& options) {
   // Everything after KEY is the command's, "--" included; a leading "--" only separates.
   if (!options.command.empty() && options.command.front() == "--")
     options.command.erase(options.command.begin());
+  if (options.shell_command) {
+    if (!options.command.empty()) {
+      throw CLI::ValidationError("COMMAND", "give the command either with -c or after the key, not both: dlock run -c '" +
+                                                *options.shell_command + "' " + options.key + ", or dlock run " +
+                                                options.key + " -- COMMAND [ARGS...]");
+    }
+    options.command = shell_command_line(*options.shell_command);
+  }
   if (options.command.empty()) {
-    throw CLI::ValidationError("COMMAND", "a command to run is required: dlock run KEY -- COMMAND [ARGS...]");
+    throw CLI::ValidationError("COMMAND",
+                               "a command to run is required: dlock run KEY -- COMMAND [ARGS...], or dlock run -c "
+                               "'COMMAND ARGS...' KEY");
   }
   int exec_error = 0;
   std::string program = resolve_program(options.command.front(), exec_error);
@@ -257,7 +275,8 @@ void add_run_command(CLI::App& app, const GlobalOptions& global, int& exit_code)
   auto options = std::make_shared<RunOptions>();
   auto* run =
       app.add_subcommand("run", "Run a command while holding a lock, renewing it until the command exits");
-  // As with flock(1), options go before KEY and everything after KEY belongs to the command.
+  // As with flock(1), everything after KEY belongs to the command; arrange_run_arguments() has
+  // already moved dlock's options that stood between KEY and a "--" before KEY.
   run->positionals_at_end();
   run->footer(
       "Exit status: the command's (128+N if it died by signal N); 1 (-E) if the lock was not "
@@ -283,8 +302,14 @@ void add_run_command(CLI::App& app, const GlobalOptions& global, int& exit_code)
                       "renewals keep failing; the SIGKILL comes before the lease can end, so at most half "
                       "the TTL")
       ->default_str("TTL/4, at most 10s");
+  run->add_option("-c,--command", options->shell_command,
+                  "Run this string with $SHELL -c (else /bin/sh -c), as flock -c does, instead of a COMMAND "
+                  "after the key")
+      ->type_name("STRING");
   run->add_option("KEY", options->key, "The lock's key")->required();
-  run->add_option("COMMAND", options->command, "The command and its arguments, after --")->required();
+  run->add_option("COMMAND", options->command,
+                  "The command and its arguments: the first word after KEY starts it, as with flock; "
+                  "options after KEY are dlock's only up to a '--'");
   run->callback([&global, &exit_code, options] { exit_code = run_command(global, *options); });
 }
 

@@ -315,6 +315,66 @@ TEST_F(CliTest, PasswordStaysOffTheCommandLineAndComesFromAFile) {
   EXPECT_EQ(stripped.out, bare + "\n");
 }
 
+// Defect: there was no `-c "command"` (flock has it). It runs the string with $SHELL -c, else
+// /bin/sh -c, as flock does, given before the key or, flock's form, right after it.
+TEST_F(CliTest, DashCRunsTheStringWithTheShell) {
+  const Result before = dlock({"run", "-c", "echo \"$DLOCK_KEY\" > " + path("before") + "; exit 3", "k"});
+  EXPECT_EQ(before.exit_code, 3) << before.err;
+  EXPECT_EQ(read("before"), "k\n");
+  const Result after = dlock({"run", "k", "-c", "echo after > " + path("after")});
+  EXPECT_EQ(after.exit_code, 0) << after.err;
+  EXPECT_EQ(read("after"), "after\n");
+
+  std::filesystem::create_symlink("/bin/sh", path("my-shell"));
+  auto vars = env(url_);
+  std::erase_if(vars, [](const std::string& var) { return var.starts_with("SHELL="); });
+  const Result no_shell = Process({kDlock, "run", "k", "-c", "echo $0"}, vars).wait(10s);
+  EXPECT_EQ(no_shell.out, "/bin/sh\n") << no_shell.err;
+  vars.push_back("SHELL=" + path("my-shell"));
+  const Result own_shell = Process({kDlock, "run", "k", "-c", "echo $0"}, vars).wait(10s);
+  EXPECT_EQ(own_shell.out, path("my-shell") + "\n") << own_shell.err;
+
+  const Result both = dlock({"run", "-c", "touch " + path("ran"), "k", "--", "touch", path("ran")});
+  EXPECT_EQ(both.exit_code, 64);
+  EXPECT_TRUE(contains(both.err, "either with -c or after the key, not both")) << both.err;
+  const Result extra = dlock({"run", "k", "-c", "touch " + path("ran"), "more"});
+  EXPECT_EQ(extra.exit_code, 64);
+  EXPECT_TRUE(contains(extra.err, "-c takes exactly one argument")) << extra.err;
+  EXPECT_FALSE(exists("ran"));
+}
+
+// Defect: an option after the key became the command (`dlock run job -n -- true` ran `-n`:
+// command not found, rc 127). Before a "--" such options are dlock's; without one, the command
+// starts right after the key, as in flock, and a first word that looks like an option is refused.
+TEST_F(CliTest, OptionsAfterTheKeyAreDlocksUpToTheDashes) {
+  EXPECT_EQ(dlock({"run", "k", "-n", "--", "true"}).exit_code, 0);
+  ASSERT_EQ(dlock({"acquire", "--owner", "someone-else", "k"}).exit_code, 0);
+  const Result busy = dlock({"run", "k", "-n", "-E", "3", "--ttl=5s", "--", "touch", path("ran")});
+  EXPECT_EQ(busy.exit_code, 3) << busy.err;
+  EXPECT_TRUE(contains(busy.err, "'k' is busy")) << busy.err;
+  const Result grouped = dlock({"run", "k", "-qnE3", "--", "touch", path("ran")});
+  EXPECT_EQ(grouped.exit_code, 3) << grouped.err;
+  EXPECT_EQ(grouped.err, "");
+
+  const Result refused = dlock({"run", "k", "-n", "touch", path("ran")});
+  EXPECT_EQ(refused.exit_code, 64);
+  EXPECT_TRUE(contains(refused.err, "'-n' comes after the key 'k', where the command starts")) << refused.err;
+  EXPECT_TRUE(contains(refused.err, "dlock run -n ... k COMMAND")) << refused.err;
+  EXPECT_TRUE(contains(refused.err, "dlock run k -n ... -- COMMAND")) << refused.err;
+  const Result stray = dlock({"run", "k", "-n", "touch", "--", path("ran")});
+  EXPECT_EQ(stray.exit_code, 64);
+  EXPECT_TRUE(contains(stray.err, "'touch' stands among dlock's options")) << stray.err;
+  EXPECT_FALSE(exists("ran"));
+
+  // The command's own options and "--" stay the command's once it has started.
+  const Result flock_style = dlock({"run", "free", "printf", "%s,", "-n", "--", "x"});
+  EXPECT_EQ(flock_style.exit_code, 0) << flock_style.err;
+  EXPECT_EQ(flock_style.out, "-n,--,x,");
+  const Result dash_key = dlock({"run", "-n", "--", "-weird", "printf", "ok"});
+  EXPECT_EQ(dash_key.exit_code, 0) << dash_key.err;
+  EXPECT_EQ(dash_key.out, "ok");
+}
+
 // Defect: a key starting with '-' was taken for an option, with an error that did not say so.
 TEST_F(CliTest, KeyStartingWithADashIsExplained) {
   const Result result = dlock({"status", "-weird"});
@@ -477,7 +537,7 @@ TEST_F(CliTest, BadInputNamesTheProblem) {
       {{"run", "--wait", "1s", "--no-wait", "k", "--", "true"}, 64, "excludes"},
       {{"run", "-E", "300", "k", "--", "true"}, 64, "--conflict-exit-code: Value 300 not in range"},
       {{"run"}, 64, "KEY is required"},
-      {{"run", "k"}, 64, "COMMAND is required"},
+      {{"run", "k"}, 64, "a command to run is required"},
       {{"run", "k", "--"}, 64, "a command to run is required"},
       {{"status"}, 64, "KEY is required"},
       {{"status", ""}, 64, "key is empty"},
