@@ -182,9 +182,9 @@ class DLOCK_EXPORT Client {
   // Opens a backend by URL: local://[NAME], sqlite://PATH, ... An empty URL means the
   // DLOCK_URL environment variable, or else the embedded default (embedded_default_url()).
   // Throws ConfigurationError for a malformed URL or unknown option, with the fix.
-  static Client open(std::string_view url = {});
+  static Client open(std::string_view url = {}, const ClientOptions& options = {});
   // Uses a backend object directly (custom backends, fault-injecting decorators in tests).
-  static Client with_backend(std::shared_ptr<backend::Backend> backend);
+  static Client with_backend(std::shared_ptr<backend::Backend> backend, const ClientOptions& options = {});
   // sqlite:// on a per-user file: $XDG_STATE_HOME/dlock/locks.db, else
   // $HOME/.local/state/dlock/locks.db, else /var/tmp/dlock-UID/locks.db.
   static std::string embedded_default_url();
@@ -233,7 +233,8 @@ class DLOCK_EXPORT Client {
   // The URL with any password replaced by "***".
   const std::string& url() const noexcept;
   std::string_view backend_name() const noexcept;
-  // The owner string a default-owner lock taken by the calling thread uses.
+  // The owner string a default-owner lock taken by the calling thread uses:
+  // NAME@HOST:PID.THREAD/RANDOM (see ClientOptions::name).
   std::string default_owner() const;
 
  private:

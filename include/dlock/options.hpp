@@ -8,6 +8,18 @@ namespace dlock {
 
 inline constexpr std::chrono::milliseconds kDefaultTtl{30'000};
 
+// How a client is opened (Client::open). Every field is optional.
+struct ClientOptions {
+  // Names the client in its default owners, which read NAME@HOST:PID.THREAD/RANDOM, e.g.
+  // "report@web-3:15021.1/9f86d081884c7d65", so that a person reading `dlock status`, `dlock
+  // list` or the admin page can tell who holds a key: NAME is this, HOST this host's name, PID
+  // the process, THREAD a serial per thread (each thread is its own owner) and RANDOM 64 random
+  // bits per client, so owners never collide even between containers with equal host names and
+  // pids. Default: the program's name. Bytes that are not printable ASCII, spaces and '@'
+  // become '_'; a long name or host is cut to fit the 128-byte owner limit.
+  std::string name;
+};
+
 // How one lock is taken. Every field is optional; the defaults suit a service protecting a
 // critical section of unknown length.
 struct LockOptions {
@@ -19,8 +31,9 @@ struct LockOptions {
   // ttl was given, off when one was (an explicit TTL means "this long at most").
   std::optional<bool> auto_renew;
 
-  // Who holds the lock. Default: this client's random 128-bit id plus the calling thread,
-  // so each thread is its own owner and re-entry works per thread. An explicit owner (1..128
+  // Who holds the lock. Default: the client's default owner for the calling thread
+  // (NAME@HOST:PID.THREAD/RANDOM, see ClientOptions::name), so each thread is its own owner
+  // and re-entry works per thread. An explicit owner (1..128
   // printable ASCII bytes) lets several processes or commands act as one owner, as scripts
   // using `dlock acquire --owner` do. Never use an address or host name: they are not unique.
   std::optional<std::string> owner;

@@ -83,7 +83,7 @@ std::string url_with_password(const std::string& url, const std::string& passwor
   return url.substr(0, userinfo->at) + ":" + percent_encode(password) + url.substr(userinfo->at);
 }
 
-Client open_client(const GlobalOptions& global) {
+Client open_client(const GlobalOptions& global, const ClientOptions& options) {
   std::string url = global.url;
   if (url.empty()) {
     const char* env = std::getenv("DLOCK_URL");  // NOLINT(concurrency-mt-unsafe): nothing calls setenv
@@ -93,9 +93,9 @@ Client open_client(const GlobalOptions& global) {
   // a server, is not for it; one given with --password-file is refused by the store, by name.
   const auto userinfo = find_userinfo(url);
   const bool names_a_server = userinfo && url.find_first_of("/?", userinfo->begin) != userinfo->begin;
-  if (!names_a_server && global.password_file.empty()) return Client::open(url);
+  if (!names_a_server && global.password_file.empty()) return Client::open(url, options);
   const auto password = given_password(global);
-  return Client::open(password ? url_with_password(url, *password) : url);
+  return Client::open(password ? url_with_password(url, *password) : url, options);
 }
 
 std::vector<std::string> hide_url_passwords(int argc, char** argv) {

@@ -27,8 +27,8 @@ struct GlobalOptions {
 
 // Opens the client named by the global options (--url, DLOCK_URL, the embedded default), with
 // the password from --password-file, DLOCK_PASSWORD_FILE or DLOCK_PASSWORD when one is given
-// and the URL names a server.
-Client open_client(const GlobalOptions& global);
+// and the URL names a server. `options` names the client's default owners (default: "dlock").
+Client open_client(const GlobalOptions& global, const ClientOptions& options = {});
 // True when a password comes from --password-file, DLOCK_PASSWORD_FILE or DLOCK_PASSWORD.
 bool password_given(const GlobalOptions& global);
 

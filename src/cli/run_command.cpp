@@ -37,6 +37,7 @@ struct RunOptions {
   std::string key;
   std::vector<std::string> command;
   std::optional<std::string> shell_command;  // -c
+  std::string name;                          // --name; default: owner_name()
   milliseconds ttl = kDefaultTtl;
   WaitOptions wait;
   int conflict_exit = kExitConflict;
@@ -77,6 +78,19 @@ milliseconds checked_kill_grace(const RunOptions& options) {
 std::vector<std::string> shell_command_line(const std::string& text) {
   const char* shell = std::getenv("SHELL");  // NOLINT(concurrency-mt-unsafe): nothing calls setenv
   return {shell != nullptr && *shell != '\0' ? shell : "/bin/sh", "-c", text};
+}
+
+// NAME in the owner NAME@HOST:PID.THREAD/RANDOM: --name, else the command's name, else (-c) the
+// first word of the string.
+std::string owner_name(const RunOptions& options) {
+  if (!options.name.empty()) return options.name;
+  std::string_view word = options.command.front();
+  if (options.shell_command) {
+    const std::string_view text = *options.shell_command;
+    const auto begin = text.find_first_not_of(" \t\n");
+    if (begin != std::string_view::npos) word = text.substr(begin, text.find_first_of(" \t\n;&|<>()", begin) - begin);
+  }
+  return std::string(word.substr(word.rfind('/') + 1));
 }
 
 [[noreturn]] void fail(const char* what) { throw std::system_error(errno, std::generic_category(), what); }
@@ -158,7 +172,7 @@ int run_command(const GlobalOptions& global, RunOptions& options) {
     if (level < LogLevel::warning) return;  // the loss itself is reported by its callback
     say(std::string(message));
   });
-  const Client client = open_client(global);
+  const Client client = open_client(global, ClientOptions{.name = owner_name(options)});
   Attempt attempt =
       take_lock(client, options.key, options.wait, LockOptions{.ttl = options.ttl, .auto_renew = true});
   if (!attempt) {
@@ -306,6 +320,11 @@ void add_run_command(CLI::App& app, const GlobalOptions& global, int& exit_code)
                   "Run this string with $SHELL -c (else /bin/sh -c), as flock -c does, instead of a COMMAND "
                   "after the key")
       ->type_name("STRING");
+  run->add_option("--name", options->name,
+                  "Name the holder: its owner reads NAME@HOST:PID.THREAD/RANDOM in status, list and the admin "
+                  "page (default: the command's name; with -c, the string's first word). Unlike acquire's "
+                  "--owner, it never makes two runs one owner, which would let both in at once by re-entry")
+      ->type_name("NAME");
   run->add_option("KEY", options->key, "The lock's key")->required();
   run->add_option("COMMAND", options->command,
                   "The command and its arguments: the first word after KEY starts it, as with flock; "

@@ -7,6 +7,7 @@
 #include "backends/registry.hpp"
 #include "core/client_state.hpp"
 #include "core/log.hpp"
+#include "core/owner.hpp"
 #include "core/url.hpp"
 #include "core/validate.hpp"
 
@@ -44,8 +45,11 @@ std::string describe(const LockInfo& holder) {
 
 }  // namespace
 
-ClientState::ClientState(std::shared_ptr<backend::Backend> backend_, std::string url_)
-    : backend(std::move(backend_)), id(random_client_id()), url(std::move(url_)) {
+ClientState::ClientState(std::shared_ptr<backend::Backend> backend_, std::string url_, const ClientOptions& options)
+    : backend(std::move(backend_)),
+      id(random_client_id()),
+      url(std::move(url_)),
+      owner_prefix(core::owner_prefix(options.name, core::host_name())) {
   eviction_inbox_->client = this;
 }
 
@@ -80,8 +84,7 @@ void ClientState::flush_activity_soon() {
 }
 
 std::string ClientState::default_owner() const {
-  // The pid keeps a forked child, which inherits this client's id, from sharing its holds.
-  return id + ':' + std::to_string(::getpid()) + '.' + std::to_string(thread_serial());
+  return core::owner_of(owner_prefix, ::getpid(), thread_serial(), id);
 }
 
 LockSpec ClientState::resolve(std::string_view key, const LockOptions& options) const {
@@ -533,22 +536,22 @@ Lease& Attempt::lease() {
 
 Client::Client(std::shared_ptr<detail::ClientState> state) : state_(std::move(state)) {}
 
-Client Client::open(std::string_view url) {
+Client Client::open(std::string_view url, const ClientOptions& options) {
   std::string chosen(url);
   if (chosen.empty()) {
     const char* env = std::getenv("DLOCK_URL");
     chosen = env && *env ? env : embedded_default_url();
   }
   const auto parsed = core::Url::parse(chosen);
-  auto state = std::make_shared<detail::ClientState>(backends::open_backend(parsed), parsed.redacted());
+  auto state = std::make_shared<detail::ClientState>(backends::open_backend(parsed), parsed.redacted(), options);
   state->watch_evictions();
   return Client(std::move(state));
 }
 
-Client Client::with_backend(std::shared_ptr<backend::Backend> backend) {
+Client Client::with_backend(std::shared_ptr<backend::Backend> backend, const ClientOptions& options) {
   if (!backend) throw InvalidArgument("Client::with_backend needs a backend");
   std::string url = std::string(backend->name()) + "://(custom)";
-  auto state = std::make_shared<detail::ClientState>(std::move(backend), std::move(url));
+  auto state = std::make_shared<detail::ClientState>(std::move(backend), std::move(url), options);
   state->watch_evictions();
   return Client(std::move(state));
 }

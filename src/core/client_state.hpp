@@ -63,13 +63,14 @@ struct LeaseState {
 };
 
 struct ClientState : std::enable_shared_from_this<ClientState> {
-  ClientState(std::shared_ptr<backend::Backend> backend_, std::string url_);
+  ClientState(std::shared_ptr<backend::Backend> backend_, std::string url_, const ClientOptions& options);
   // Adds the activity not yet added to the store's totals.
   ~ClientState();
 
   const std::shared_ptr<backend::Backend> backend;
   const std::string id;
   const std::string url;
+  const std::string owner_prefix;  // NAME@HOST of the default owners
   // Renewals may block inside a slow backend call; deadlines run on their own thread so a
   // hung renewal cannot delay the stop token past valid_until.
   core::RenewalScheduler renewals;

@@ -15,6 +15,7 @@
 #include <fstream>
 #include <memory>
 #include <nlohmann/json.hpp>
+#include <regex>
 #include <sstream>
 #include <string>
 #include <string_view>
@@ -130,6 +131,38 @@ TEST_F(CliTest, RunExportsTheLockToTheCommand) {
   const Result second = dlock({"run", "jobs/a", "--", "/bin/sh", "-c", "echo $DLOCK_FENCING_TOKEN"});
   ASSERT_EQ(second.exit_code, 0) << second.err;
   EXPECT_GT(std::stoull(second.out), std::stoull(token)) << "each run is a new acquisition";
+}
+
+// Defect: a person could not tell who held a lock (`ef1454b7...:15021.1`) and `run` could not
+// name it. Owners read NAME@HOST:PID.THREAD/RANDOM; NAME is --name, else the command's name.
+TEST_F(CliTest, RunNamesItsOwner) {
+  char host[256] = "";
+  ASSERT_EQ(::gethostname(host, sizeof host - 1), 0);
+  const std::string show = "echo \"$DLOCK_OWNER $PPID\"; " + std::string(kDlock) + " status \"$DLOCK_KEY\"";
+  const auto owner_of = [](const Result& result) { return result.out.substr(0, result.out.find(' ')); };
+  const auto pid_of = [](const Result& result) {
+    return result.out.substr(result.out.find(' ') + 1, result.out.find('\n') - result.out.find(' ') - 1);
+  };
+
+  const Result named = dlock({"run", "--name", "nightly", "k", "--", "/bin/sh", "-c", show});
+  ASSERT_EQ(named.exit_code, 0) << named.err;
+  const std::string owner = owner_of(named);
+  EXPECT_TRUE(std::regex_match(owner, std::regex("nightly@" + std::string(host) + ":" + pid_of(named) +
+                                                 "\\.[0-9]+/[0-9a-f]{16}")))
+      << owner;
+  EXPECT_TRUE(contains(named.out, "k: held by " + owner + " (token")) << named.out;
+
+  const Result by_command = dlock({"run", "k", "--", "/bin/sh", "-c", show});
+  EXPECT_TRUE(owner_of(by_command).starts_with("sh@" + std::string(host) + ":")) << by_command.out;
+  const Result by_string = dlock({"run", "-c", show, "k"});
+  EXPECT_TRUE(owner_of(by_string).starts_with("echo@")) << by_string.out;
+
+  // However long the name, the owner fits the 128-byte limit and keeps its pid and randomness.
+  const Result long_name = dlock({"run", "--name", std::string(200, 'x') + " y", "k", "--", "/bin/sh", "-c", show});
+  ASSERT_EQ(long_name.exit_code, 0) << long_name.err;
+  EXPECT_LE(owner_of(long_name).size(), 128u) << long_name.out;
+  EXPECT_TRUE(std::regex_search(owner_of(long_name), std::regex(":" + pid_of(long_name) + "\\.[0-9]+/[0-9a-f]{16}$")))
+      << long_name.out;
 }
 
 TEST_F(CliTest, SecondRunWaitsForTheFirst) {

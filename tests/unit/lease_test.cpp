@@ -1,9 +1,15 @@
 // Core rules that do not depend on the backend, exercised on local://.
 #include <gtest/gtest.h>
+#include <unistd.h>
 
+#include <cstdint>
 #include <mutex>
+#include <regex>
 #include <thread>
+#include <utility>
 
+#include "core/owner.hpp"
+#include "core/validate.hpp"
 #include "dlock/client.hpp"
 
 using namespace std::chrono_literals;
@@ -131,7 +137,37 @@ TEST(Client, DefaultOwnerDiffersPerThreadAndIsStable) {
   std::string theirs;
   std::thread([&] { theirs = client.default_owner(); }).join();
   EXPECT_NE(mine, theirs);
-  EXPECT_EQ(mine.substr(0, 32), client.id());
+  EXPECT_TRUE(mine.ends_with("/" + client.id().substr(0, 16))) << mine;
+}
+
+// Defect: a person could not tell who held a lock: owners read "ef1454b7...:15021.1". They read
+// NAME@HOST:PID.THREAD/RANDOM now, NAME the program's or ClientOptions::name.
+TEST(Client, DefaultOwnerNamesTheProgramHostAndPid) {
+  const std::string host = dlock::core::host_name();
+  const std::string pid = std::to_string(::getpid());
+  const auto named = dlock::Client::open("local://owner-test", {.name = "report"}).default_owner();
+  EXPECT_TRUE(std::regex_match(named, std::regex("report@" + host + ":" + pid + "\\.[0-9]+/[0-9a-f]{16}"))) << named;
+  const auto unnamed = dlock::Client::open("local://owner-test").default_owner();
+  EXPECT_TRUE(unnamed.starts_with("unit_tests@" + host + ":" + pid + ".")) << unnamed;
+  EXPECT_NE(dlock::Client::open("local://owner-test", {.name = "report"}).default_owner(), named)
+      << "two clients of one name, host and pid share an owner";
+}
+
+TEST(Client, OwnerPrefixIsPrintableAndAlwaysFits) {
+  using dlock::core::owner_of;
+  using dlock::core::owner_prefix;
+  EXPECT_EQ(owner_prefix("nightly job@3\xc3\xa9", "web-3"), "nightly_job_3__@web-3");
+  const std::string id(32, 'f');
+  const auto longest = [&](const std::string& prefix) { return owner_of(prefix, 2147483647, UINT64_MAX, id); };
+  const std::string long_name(300, 'n'), long_host(300, 'h');
+  for (const auto& [name, host] : {std::pair{long_name, std::string("web-3")}, std::pair{std::string("job"), long_host},
+                                   std::pair{long_name, long_host}}) {
+    const std::string owner = longest(owner_prefix(name, host));
+    EXPECT_LE(owner.size(), dlock::kMaxOwnerBytes) << owner;
+    EXPECT_NO_THROW(dlock::core::validate_owner(owner)) << owner;
+  }
+  EXPECT_TRUE(owner_prefix(long_name, "web-3").ends_with("@web-3")) << "a short host is kept whole";
+  EXPECT_TRUE(owner_prefix("job", long_host).starts_with("job@")) << "a short name is kept whole";
 }
 
 TEST(Client, UnknownSchemeNamesTheBuiltInOnes) {
