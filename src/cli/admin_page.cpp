@@ -27,11 +27,26 @@ const char* const kAdminPage = R"page(<!doctype html>
   th { font-weight: 600; color: #57606a; }
   td.key, #detail-key { font-family: ui-monospace, SFMono-Regular, monospace; overflow-wrap: anywhere; }
   td.num { text-align: right; font-variant-numeric: tabular-nums; }
-  #audit { overflow-x: auto; }
+  /* Owners run to 128 bytes without a space (name@host:pid...): the owner column takes what the
+     others leave, cut with an ellipsis (the full text is its title), so keys never wrap. */
+  #list { overflow-x: auto; }  /* only on a narrow window, with long keys and tokens */
+  #locks td { white-space: nowrap; }
+  #locks td.owner { width: 100%; max-width: 0; }
+  #locks td.owner > div { display: flex; align-items: baseline; }
+  .clip { overflow: hidden; text-overflow: ellipsis; white-space: nowrap; min-width: 0; }
+  #locks td.key .clip { display: inline-block; max-width: 32ch; vertical-align: bottom; }
+  /* The audit panel is narrow: each entry is one line of short fields, long keys and names cut
+     (their title has them), and its reason on a line of its own below. */
   #audit table { font-size: 13px; }
-  #audit th, #audit td { padding: 4px 5px; }
-  #audit td.key { overflow-wrap: normal; white-space: nowrap; }
-  #audit td.token { overflow-wrap: anywhere; }  /* redis tokens have 16 digits: keep Reason in view */
+  #audit thead, #audit tbody { display: block; }
+  #audit tr { display: grid; grid-template-columns: 7.3em minmax(0, 1fr) minmax(0, 1.5fr) 4.2em 4.2em;
+              border-bottom: 1px solid #edf0f3; }
+  #audit th, #audit td { padding: 4px 5px; border-bottom: 0; overflow-wrap: anywhere; }
+  #audit th { overflow-wrap: normal; }
+  #audit th.reason { display: none; }
+  #audit td.reason { grid-column: 1 / -1; padding-top: 0; overflow-wrap: break-word; }
+  #audit td.by, #audit td.key { overflow: hidden; text-overflow: ellipsis; white-space: nowrap; }
+  #audit td.at { overflow-wrap: normal; }  /* date above time */
   td.ttl { white-space: nowrap; font-variant-numeric: tabular-nums; }
   td.ttl.low { color: #b42318; font-weight: 600; }
   #locks tbody tr { cursor: pointer; }
@@ -96,7 +111,7 @@ const char* const kAdminPage = R"page(<!doctype html>
     <section id="audit">
       <h2>Audit log</h2>
       <table>
-        <thead><tr><th>When (UTC)</th><th>By</th><th>Key</th><th>Token</th><th title="Force-released with the lock delay">Delay</th><th>Reason</th></tr></thead>
+        <thead><tr><th>When (UTC)</th><th>By</th><th>Key</th><th>Token</th><th title="Force-released with the lock delay">Delay</th><th class="reason">Reason</th></tr></thead>
         <tbody></tbody>
       </table>
     </section>
@@ -164,6 +179,18 @@ function cell(row, className, text) {
   return td;
 }
 
+// A cell whose text may be cut with an ellipsis: the full text is its title. Returns the element
+// beside which more may go (a badge).
+function clippedCell(row, className, text) {
+  const td = cell(row, className, "");
+  td.title = text;
+  const line = td.appendChild(document.createElement("div"));
+  const clip = line.appendChild(document.createElement("span"));
+  clip.className = "clip";
+  clip.textContent = text;
+  return line;
+}
+
 function showStatus(text, isError) {
   $("#status").textContent = text;
   $("#status").className = isError ? "error" : "muted";
@@ -202,8 +229,8 @@ async function refreshLocks() {
       row.dataset.key = lock.key;
       row.classList.toggle("selected", Boolean(selected && selected.key === lock.key));
       row.classList.toggle("evicted", lock.evicted === true);
-      cell(row, "key", lock.key);
-      const owner = cell(row, "owner", lock.owner);
+      clippedCell(row, "key", lock.key);
+      const owner = clippedCell(row, "owner", lock.owner);
       if (lock.evicted) owner.appendChild(evictedBadge("evicted"));
       cell(row, "holds num", String(lock.hold_count));
       cell(row, "token num", String(lock.token));
@@ -237,8 +264,8 @@ async function refreshAudit() {
       const row = document.createElement("tr");
       row.dataset.key = entry.key;
       cell(row, "at", String(entry.at).replace("T", " ").replace("Z", ""));
-      cell(row, "by", entry.by);
-      cell(row, "key", entry.key);
+      cell(row, "by", entry.by).title = entry.by;
+      cell(row, "key", entry.key).title = entry.key;
       cell(row, "token num", String(entry.token));
       cell(row, "delay", entry.lock_delay === undefined ? "\u2013" : entry.lock_delay ? "yes" : "no");
       cell(row, "reason", entry.reason);

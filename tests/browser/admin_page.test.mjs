@@ -611,3 +611,60 @@ test('admin page: an evicted holder is marked; the key can be freed at once', { 
   stack.server.process.kill('SIGTERM');
   assert.deepEqual(await stack.server.waitExit(5000), { code: 0, signal: null }, stack.server.stderr);
 });
+
+// Defect: long owners (dlock run's NAME@HOST:PID.THREAD/RANDOM, or a long --owner) squeezed the
+// key column until keys wrapped mid-word, and the audit panel scrolled sideways at 1280 px.
+test('admin page: long owners leave keys on one line; the audit panel fits at 1280 px', { timeout: 60_000 }, async (t) => {
+  const stack = await startStack(t);
+  const longOwner = ('nightly-reconciliation-of-customer-ledgers@build-worker-eu-west-1a-0042.internal.example.com'
+    + ':4194303.18446744073709551615/9f86d081884c7d65').slice(0, 128);
+  await stack.acquire(longOwner, 'billing/reconcile-ledgers');
+  await stack.acquire('deploy-17', 'deploy/web-frontend');
+  const holder = stack.spawn('dlock run', 'run', '--name', 'x'.repeat(120), 'orders/42', '--', 'sleep', '60');
+  await eventually('dlock run holds orders/42', async () => {
+    assert.ok(holder.running, `dlock run exited: ${JSON.stringify(holder.exit)} ${holder.stderr}`);
+    assert.equal((await stack.status('orders/42')).held, true);
+  }, { timeout: 10_000 });
+  // Audit entries with long keys, names and reasons.
+  for (const key of ['payments/settlement-batches/2024-05/eu-west-1', 'deploy/web-frontend-canary']) {
+    await stack.acquire(longOwner, key);
+    const r = await stack.dlock('force-release', '--no-lock-delay', '--audit-log', stack.auditLog,
+      '--by', 'oncall-engineer-with-a-long-login-name', '--reason',
+      'the deploy host died with the lock held and the next release is blocked behind it', key);
+    assert.equal(r.code, 0, r.stderr);
+  }
+
+  const base = await stack.serve();
+  const page = await stack.openBrowser(base);
+  await page.setViewportSize({ width: 1280, height: 800 });
+  await eventually('the locks and the audit entries are shown', async () => {
+    assert.deepEqual(await stack.shownKeys(), ['billing/reconcile-ledgers', 'deploy/web-frontend', 'orders/42']);
+    assert.equal(await page.locator('#audit tbody tr').count(), 2);
+  }, { timeout: 10_000 });
+
+  // How many lines the text of each element matching `selector` takes.
+  const lines = (selector) => page.$$eval(selector, (elements) => elements.map((element) => {
+    const tops = new Set();
+    const texts = document.createTreeWalker(element, NodeFilter.SHOW_TEXT);
+    for (let node = texts.nextNode(); node; node = texts.nextNode()) {
+      const range = document.createRange();
+      range.selectNodeContents(node);
+      for (const rect of range.getClientRects()) tops.add(Math.round(rect.top));
+    }
+    return { text: element.textContent, lines: tops.size };
+  }));
+  for (const key of await lines('#locks td.key')) assert.equal(key.lines, 1, `key ${key.text} wraps`);
+  for (const owner of await lines('#locks td.owner')) assert.equal(owner.lines, 1, `owner ${owner.text} wraps`);
+  const owner = page.locator('#locks tbody tr[data-key="billing/reconcile-ledgers"] td.owner');
+  assert.equal(await owner.getAttribute('title'), longOwner, 'the full owner is not in the title');
+  assert.equal((await owner.textContent()).trim(), longOwner, 'the owner cell does not hold the full owner');
+  const audit = await page.$eval('#audit', (e) => ({ scroll: e.scrollWidth, client: e.clientWidth }));
+  assert.ok(audit.scroll <= audit.client, `the audit panel scrolls sideways: ${audit.scroll} > ${audit.client} px`);
+  const auditKey = page.locator('#audit tbody tr[data-key="deploy/web-frontend-canary"] td.key');
+  assert.equal(await auditKey.getAttribute('title'), 'deploy/web-frontend-canary');
+
+  const shot = SCREENSHOT.replace(/(\.png)?$/i, '-long-owners.png');
+  await page.screenshot({ path: shot });
+  t.diagnostic(`screenshot: ${shot}`);
+  assert.deepEqual(stack.pageErrors, [], 'uncaught errors in the page');
+});
