@@ -186,7 +186,8 @@ int list(const GlobalOptions& global, const ListOptions& options) {
     after = next;
   }
   if (global.json) {
-    json out{{"locks", json::array()}, {"next_after", next}};
+    // null when nothing follows, as over HTTP
+    json out{{"locks", json::array()}, {"next_after", next.empty() ? json(nullptr) : json(next)}};
     for (const auto& lock : locks) out["locks"].push_back(to_json(lock));
     print(out);
     return kExitOk;

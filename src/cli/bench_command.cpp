@@ -697,7 +697,7 @@ int run_from_flags(const GlobalOptions& global, const Flags& f, bool clients_giv
 void add_bench_command(CLI::App& app, const GlobalOptions& global, int& exit_code) {
   auto flags = std::make_shared<Flags>();
   CLI::App* cmd = app.add_subcommand(
-      "bench", "Measure throughput and latency of a workload; prints one JSON line (docs/bench.md)");
+      "bench", "Measure throughput and latency of a workload; prints one JSON line");
   cmd->add_option("--workload", flags->workload, "ping, uncontended, distinct or contended")
       ->required()
       ->check(CLI::IsMember({"ping", "uncontended", "distinct", "contended"}));

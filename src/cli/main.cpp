@@ -82,7 +82,7 @@ int dlock_main(int argc, char** argv) {
       "does not have, 64 usage error, 69 backend or configuration error, 75 lock lost while "
       "the command ran. Environment: DLOCK_URL, the backend URL when --url is not given; "
       "DLOCK_PASSWORD_FILE or DLOCK_PASSWORD, its password. "
-      "See docs/cli.md.");
+      "A command's options: dlock COMMAND --help. The manual: man dlock.");
 
   // Subcommand callbacks run inside parse(), so their exceptions land here too.
   try {

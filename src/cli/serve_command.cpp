@@ -37,11 +37,11 @@ std::optional<int> forward_serve(int argc, char** argv) {
   for (; i < argc; ++i) {
     const std::string_view arg = argv[i];
     if (arg == "--json") continue;
-    if (arg == "--url" && i + 1 < argc) {
-      words.insert(words.end(), {"--url", argv[++i]});
+    if ((arg == "--url" || arg == "--password-file") && i + 1 < argc) {
+      words.insert(words.end(), {std::string(arg), argv[++i]});
       continue;
     }
-    if (arg.starts_with("--url=")) {
+    if (arg.starts_with("--url=") || arg.starts_with("--password-file=")) {
       words.emplace_back(arg);
       continue;
     }
@@ -54,7 +54,9 @@ std::optional<int> forward_serve(int argc, char** argv) {
   exec_argv.push_back(nullptr);
   const std::string program = serve_program();
   ::execvp(program.c_str(), exec_argv.data());
-  std::fprintf(stderr, "dlock: cannot run %s: %s (it is built and installed beside dlock: target dlock_serve)\n",
+  std::fprintf(stderr,
+               "dlock: cannot run %s: %s. `dlock serve` runs the dlock-serve program, which the dlock package and "
+               "`cmake --install` put beside dlock; install it there or on $PATH (build target dlock_serve)\n",
                program.c_str(), std::strerror(errno));
   return kExitError;
 }

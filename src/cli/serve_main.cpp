@@ -145,7 +145,7 @@ int serve(const GlobalOptions& global, const ServeOptions& options) {
 }
 
 int serve_main(int argc, char** argv) {
-  CLI::App app{"Serve the admin HTTP API: list, inspect and force-release locks (docs/http-api.md).",
+  CLI::App app{"Serve the admin page and HTTP API: list, inspect and force-release locks.",
                "dlock serve"};
   GlobalOptions global;
   ServeOptions options;

@@ -488,6 +488,8 @@ TEST_F(CliTest, AcquireReleaseStatusListForceRelease) {
   ASSERT_EQ(dlock({"acquire", "--owner", "x", "other/key"}).exit_code, 0);
   const json all = json::parse(dlock({"--json", "list"}).out);
   ASSERT_EQ(all["locks"].size(), 2u);
+  // Defect: next_after was "" at the end here and null over HTTP.
+  EXPECT_TRUE(all["next_after"].is_null()) << all;
   EXPECT_EQ(all["locks"][0]["key"], "deploy");
   EXPECT_EQ(all["locks"][1]["key"], "other/key");
   const json page = json::parse(dlock({"--json", "list", "--limit", "1"}).out);
@@ -591,6 +593,39 @@ TEST_F(CliTest, BadInputNamesTheProblem) {
     EXPECT_TRUE(contains(result.err, c.message)) << describe(c.args) << "\n" << result.err;
     EXPECT_FALSE(contains(result.err, "hunter2")) << "a password was printed";
   }
+}
+
+// Defect: --help pointed to docs/cli.md, which an installed user does not have.
+TEST_F(CliTest, HelpPointsToTheManPageNotTheSourceTree) {
+  const Result help = dlock({"--help"});
+  EXPECT_TRUE(contains(help.out, "man dlock")) << help.out;
+  EXPECT_TRUE(contains(help.out, "dlock COMMAND --help")) << help.out;
+  for (const std::string command : {"", "run", "acquire", "bench"}) {
+    const Result result = command.empty() ? help : dlock({command, "--help"});
+    EXPECT_FALSE(contains(result.out, "docs/")) << result.out;
+  }
+}
+
+// Defect: `dlock --password-file F serve ...` was not handed to dlock-serve: it printed dlock's
+// own stub help, or did nothing at all and exited 0.
+TEST_F(CliTest, ServeTakesTheGlobalOptionsBeforeIt) {
+  std::ofstream(path("password")) << "secret\n";
+  const Result help = dlock({"--password-file", path("password"), "--url", url_, "serve", "--help"});
+  EXPECT_EQ(help.exit_code, 0) << help.err;
+  EXPECT_TRUE(contains(help.out, "--listen")) << "not dlock-serve's help: " << help.out;
+}
+
+// dlock copied alone to another directory: `dlock serve` says what it runs and how to get it.
+TEST_F(CliTest, ServeWithoutDlockServeSaysWhatIsMissing) {
+  std::filesystem::copy_file(kDlock, path("dlock"));
+  std::filesystem::permissions(path("dlock"), std::filesystem::perms::owner_exec, std::filesystem::perm_options::add);
+  auto vars = env(url_);
+  std::erase_if(vars, [](const std::string& var) { return var.starts_with("PATH="); });
+  vars.push_back("PATH=" + dir_);
+  const Result result = Process({path("dlock"), "serve", "--listen", "127.0.0.1:0"}, vars).wait(10s);
+  EXPECT_EQ(result.exit_code, 69) << result.err;
+  EXPECT_TRUE(contains(result.err, "dlock: cannot run dlock-serve")) << result.err;
+  EXPECT_TRUE(contains(result.err, "put beside dlock")) << result.err;
 }
 
 TEST_F(CliTest, HelpOnEverySubcommand) {
