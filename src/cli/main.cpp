@@ -81,8 +81,8 @@ int dlock_main(int argc, char** argv) {
       "1 lock not obtained in time (run/acquire -E changes it) or release of a hold the owner "
       "does not have, 64 usage error, 69 backend or configuration error, 75 lock lost while "
       "the command ran. Environment: DLOCK_URL, the backend URL when --url is not given; "
-      "DLOCK_PASSWORD_FILE or DLOCK_PASSWORD, its password. "
-      "A command's options: dlock COMMAND --help. The manual: man dlock.");
+      "DLOCK_PASSWORD_FILE or DLOCK_PASSWORD, its password. A DURATION is seconds (5, 0.5) or a number "
+      "with a unit (500ms, 30s, 5m, 2h). A command's options: dlock COMMAND --help. The manual: man dlock.");
 
   // Subcommand callbacks run inside parse(), so their exceptions land here too.
   try {
