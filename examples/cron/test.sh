@@ -7,9 +7,8 @@ set -euo pipefail
 dlock=$1
 here=$(cd "$(dirname "$0")" && pwd)
 tmp=$(mktemp -d)
-host_a=
-# A failed check leaves no job waiting: dlock passes the SIGTERM on to it.
-trap '[ -z "$host_a" ] || kill "$host_a" 2>/dev/null; rm -rf "$tmp"' EXIT
+# A failed check leaves no job waiting: it is told to finish.
+trap '{ echo finish >&4; } 2>/dev/null; rm -rf "$tmp"' EXIT
 fail() { echo "FAIL: $*" >&2; exit 1; }
 
 # The crontab line without its schedule and user: `dlock run ... -- /usr/local/bin/backup.sh`.
@@ -26,8 +25,10 @@ cron_line() { "${words[@]/#\/usr\/local\/bin\/backup.sh/$1}"; }
 export DLOCK_URL=sqlite://$tmp/locks.db
 unset DLOCK_PASSWORD_FILE DLOCK_PASSWORD
 
-# A job that says it started and then runs until told to finish, through two FIFOs.
+# A job that says it started and then runs until told to finish, through two FIFOs, opened
+# read-write here so that no open or write blocks and the timeouts below hold.
 mkfifo "$tmp/started" "$tmp/finish"
+exec 3<> "$tmp/started" 4<> "$tmp/finish"
 cat > "$tmp/job.sh" <<EOF
 #!/bin/sh
 echo "\$DLOCK_OWNER" >> "$tmp/ran"
@@ -36,10 +37,14 @@ read -r _ < "$tmp/finish"
 EOF
 chmod +x "$tmp/job.sh"
 
-cron_line "$tmp/job.sh" > "$tmp/a.out" 2> "$tmp/a.err" &
-host_a=$!
-exec 3<> "$tmp/started"  # read-write: opening it never blocks, so the timeout below holds
-read -r -t 60 -u 3 _ || fail "host A's job did not start: $(cat "$tmp/a.err")"
+# Host A, which says "exited CODE" on the same FIFO when its dlock is done.
+{
+  rc=0
+  cron_line "$tmp/job.sh" > "$tmp/a.out" 2> "$tmp/a.err" || rc=$?
+  echo "exited $rc" > "$tmp/started"
+} &
+read -r -t 60 -u 3 said || true
+[ "${said:-}" = started ] || fail "host A's job did not start (${said:-timeout}): $(cat "$tmp/a.err")"
 
 rc=0
 cron_line "$tmp/job.sh" > "$tmp/b.out" 2> "$tmp/b.err" || rc=$?
@@ -48,12 +53,9 @@ if [ -s "$tmp/b.out" ] || [ -s "$tmp/b.err" ]; then fail "host B printed somethi
 status=$("$dlock" status nightly-backup)
 [[ $status == "nightly-backup: held by nightly-backup@"* ]] || fail "status does not name the job: $status"
 
-exec 4<> "$tmp/finish"
 echo finish >&4
-rc=0
-wait "$host_a" || rc=$?
-host_a=
-[ "$rc" = 0 ] || fail "host A exited $rc: $(cat "$tmp/a.err")"
+read -r -t 60 -u 3 said || true
+[ "${said:-}" = "exited 0" ] || fail "host A ${said:-did not end}: $(cat "$tmp/a.err")"
 [ "$(wc -l < "$tmp/ran")" = 1 ] || fail "the job ran $(wc -l < "$tmp/ran") times"
 
 export BACKUP_DEST=$tmp/backups
