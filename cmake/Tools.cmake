@@ -1,4 +1,5 @@
-# The dlock tool and dlock-serve.
+# The dlock tool and dlock-serve, with what documents them: a man page made from the tool's own
+# --help (help2man) and a bash completion it prints itself, so that neither drifts from it.
 
 find_package(fmt REQUIRED)
 find_package(CLI11 CONFIG REQUIRED)
@@ -8,6 +9,7 @@ if(DLOCK_BUILD_CLI)
   add_executable(dlock_cli
     src/cli/main.cpp
     src/cli/cli_common.cpp
+    src/cli/completion_command.cpp
     src/cli/run_command.cpp
     src/cli/run_process.cpp
     src/cli/run_signals.cpp
@@ -27,6 +29,7 @@ if(DLOCK_BUILD_CLI)
       target_link_libraries(dlock_cli PRIVATE ${MariaDB_STATIC_LIBRARIES})
     endif()
   endif()
+  include(${PROJECT_SOURCE_DIR}/cmake/ToolDocs.cmake)
 endif()
 
 if(DLOCK_BUILD_SERVE)
