@@ -8,6 +8,8 @@ packages=(
   libsqlite3-dev libmariadb-dev libhiredis-dev libssl-dev zlib1g-dev libfmt-dev libcli11-dev nlohmann-json3-dev libcpp-httplib-dev
   libgtest-dev libgmock-dev
   util-linux hyperfine sqlite3
+  help2man dpkg-dev file  # dlock(1), and the .deb's dependencies (cpack: dpkg-shlibdeps)
+  debootstrap  # the .deb's install test on a fresh Debian 12 (scripts/deb-test.sh)
   redis-server  # the private servers of the redis:// tests (scripts/servers/redis.sh)
   chromium  # the admin page's browser tests (tests/browser), driven by playwright-core from npm
 )

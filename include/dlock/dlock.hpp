@@ -6,3 +6,4 @@
 #include "dlock/errors.hpp"
 #include "dlock/options.hpp"
 #include "dlock/types.hpp"
+#include "dlock/version.hpp"

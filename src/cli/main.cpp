@@ -13,6 +13,7 @@
 #include "cli/bench_command.hpp"
 #include "cli/cli_common.hpp"
 #include "cli/commands.hpp"
+#include "cli/completion_command.hpp"
 #include "cli/run_arguments.hpp"
 
 namespace {
@@ -75,6 +76,7 @@ int dlock_main(int argc, char** argv) {
   add_admin_commands(app, global, exit_code);
   add_serve_command(app);
   add_bench_command(app, global, exit_code);
+  add_completion_command(app);
   // Set after the subcommands are added, which would otherwise inherit it.
   app.footer(
       "Exit codes: 0 success (run: the command's status; 128+N if it died by signal N), "

@@ -1,0 +1,156 @@
+# The library. Its sources compile once, into dlock_objects, from which two libraries are made:
+#  - dlock (dlock::dlock), the public one, static or shared (BUILD_SHARED_LIBS): a shared build
+#    exports only the DLOCK_EXPORT declarations and carries a versioned SONAME;
+#  - dlock_internal, a static archive for dlock's own tools and tests, which use internals
+#    (core::Url, the backend registry) that a shared libdlock does not export.
+
+find_package(Threads REQUIRED)
+# The static dlock tool links SQLite's archive; everything else links what find_package(SQLite3)
+# finds. (Builds configured before had SQLite3_LIBRARY set to that archive, which a shared
+# libdlock cannot link.)
+if(DLOCK_WITH_SQLITE)
+  if(DEFINED DLOCK_SQLITE3_ARCHIVE AND SQLite3_LIBRARY STREQUAL DLOCK_SQLITE3_ARCHIVE)
+    unset(SQLite3_LIBRARY CACHE)
+  endif()
+  find_package(SQLite3 REQUIRED)
+  if(DLOCK_STATIC_CLI_EFFECTIVE)
+    find_library(DLOCK_SQLITE3_ARCHIVE NAMES libsqlite3.a)
+    if(NOT DLOCK_SQLITE3_ARCHIVE)
+      message(FATAL_ERROR "DLOCK_STATIC_CLI needs libsqlite3.a (Debian: libsqlite3-dev); or pass -DDLOCK_STATIC_CLI=OFF")
+    endif()
+  endif()
+endif()
+if(DLOCK_WITH_MYSQL OR DLOCK_WITH_REDIS)
+  find_package(PkgConfig REQUIRED)
+endif()
+if(DLOCK_WITH_MYSQL)
+  pkg_check_modules(MariaDB REQUIRED IMPORTED_TARGET libmariadb)
+endif()
+if(DLOCK_WITH_REDIS)
+  pkg_check_modules(Hiredis REQUIRED IMPORTED_TARGET hiredis)
+endif()
+
+configure_file(${PROJECT_SOURCE_DIR}/cmake/version.hpp.in ${PROJECT_BINARY_DIR}/include/dlock/version.hpp @ONLY)
+
+add_library(dlock_objects OBJECT
+  src/core/activity.cpp
+  src/core/client.cpp
+  src/core/mutex.cpp
+  src/core/duration.cpp
+  src/core/errors.cpp
+  src/core/log.cpp
+  src/core/owner.cpp
+  src/core/renewal.cpp
+  src/core/url.cpp
+  src/core/validate.cpp
+  src/core/version.cpp
+  src/backends/registry.cpp
+  src/backends/local/local_backend.cpp)
+if(DLOCK_WITH_MYSQL)
+  target_sources(dlock_objects PRIVATE
+    src/backends/mysql/common.cpp
+    src/backends/mysql/connection.cpp
+    src/backends/mysql/lease_mode.cpp
+    src/backends/mysql/mysql_backend.cpp
+    src/backends/mysql/row_mode.cpp
+    src/backends/mysql/session_mode.cpp)
+  target_include_directories(dlock_objects PRIVATE ${MariaDB_INCLUDE_DIRS})
+  target_compile_definitions(dlock_objects PRIVATE DLOCK_WITH_MYSQL=1)
+endif()
+if(DLOCK_WITH_REDIS)
+  # The Lua scripts are files, embedded as string constants at build time: redis://'s, and
+  # redlock://'s own (which run redis://'s common.lua too).
+  function(dlock_embed_lua header namespace dir common)
+    list(TRANSFORM ARGN APPEND .lua OUTPUT_VARIABLE files)
+    list(TRANSFORM files PREPEND ${dir}/)
+    string(REPLACE ";" "," names "${ARGN}")
+    string(REPLACE ";" "," common_list "${common}")
+    add_custom_command(OUTPUT ${header}
+      COMMAND ${CMAKE_COMMAND} -DDIR=${dir} -DSCRIPTS=${names} -DCOMMON=${common_list} -DNAMESPACE=${namespace}
+        -DOUT=${header} -P ${PROJECT_SOURCE_DIR}/cmake/embed_lua.cmake
+      DEPENDS ${files} ${common} ${PROJECT_SOURCE_DIR}/cmake/embed_lua.cmake
+      COMMENT "Embedding the Lua scripts of ${dir}" VERBATIM)
+  endfunction()
+  set(redis_lua ${PROJECT_SOURCE_DIR}/src/backends/redis/lua)
+  set(redlock_lua ${PROJECT_SOURCE_DIR}/src/backends/redlock/lua)
+  set(generated ${PROJECT_BINARY_DIR}/generated/backends)
+  dlock_embed_lua(${generated}/redis/lua_scripts.hpp dlock::backends::redis::lua ${redis_lua}
+    ${redis_lua}/common.lua
+    acquire refresh leave renew release inspect force_release list collect add_activity)
+  dlock_embed_lua(${generated}/redlock/lua_scripts.hpp dlock::backends::redlock::lua ${redlock_lua}
+    "${redis_lua}/common.lua;${redlock_lua}/bells.lua"
+    adopt release force_release sleep leave)
+  target_sources(dlock_objects PRIVATE
+    src/backends/redis/connection.cpp
+    src/backends/redis/keys.cpp
+    src/backends/redis/redis_backend.cpp
+    src/backends/redis/subscriber.cpp
+    src/backends/redlock/redlock_backend.cpp
+    ${generated}/redis/lua_scripts.hpp
+    ${generated}/redlock/lua_scripts.hpp)
+  target_include_directories(dlock_objects PRIVATE ${PROJECT_BINARY_DIR}/generated)
+  target_compile_definitions(dlock_objects PRIVATE DLOCK_WITH_REDIS=1)
+endif()
+if(DLOCK_WITH_SQLITE)
+  target_sources(dlock_objects PRIVATE
+    src/backends/sqlite/sqlite_backend.cpp
+    src/backends/sqlite/wake_board.cpp)
+  target_include_directories(dlock_objects PRIVATE ${SQLite3_INCLUDE_DIRS})
+  target_compile_definitions(dlock_objects PRIVATE DLOCK_WITH_SQLITE=1)
+endif()
+set_target_properties(dlock_objects PROPERTIES CXX_VISIBILITY_PRESET hidden VISIBILITY_INLINES_HIDDEN ON
+  POSITION_INDEPENDENT_CODE "${BUILD_SHARED_LIBS}")
+target_include_directories(dlock_objects PRIVATE ${PROJECT_SOURCE_DIR}/src)
+target_link_libraries(dlock_objects PRIVATE dlock_warnings)
+
+# What compiling against dlock's headers takes: the same for both libraries and the objects.
+function(dlock_usage_requirements target)
+  target_include_directories(${target} PUBLIC
+    $<BUILD_INTERFACE:${PROJECT_SOURCE_DIR}/include> $<BUILD_INTERFACE:${PROJECT_BINARY_DIR}/include>
+    $<INSTALL_INTERFACE:${CMAKE_INSTALL_INCLUDEDIR}>)
+  target_compile_features(${target} PUBLIC cxx_std_20)
+  target_link_libraries(${target} PUBLIC Threads::Threads)
+  if(NOT BUILD_SHARED_LIBS)
+    # Keeps a static libdlock's symbols out of the exports of a consumer's own shared library.
+    target_compile_definitions(${target} PUBLIC DLOCK_STATIC_DEFINE)
+  endif()
+endfunction()
+dlock_usage_requirements(dlock_objects)
+
+add_library(dlock $<TARGET_OBJECTS:dlock_objects>)
+add_library(dlock::dlock ALIAS dlock)
+dlock_usage_requirements(dlock)
+# 0.x: any minor release may change the ABI (dlockConfigVersion.cmake says SameMinorVersion),
+# so the SONAME names major.minor: libdlock.so.0.1.
+set_target_properties(dlock PROPERTIES VERSION ${PROJECT_VERSION}
+  SOVERSION ${PROJECT_VERSION_MAJOR}.${PROJECT_VERSION_MINOR} EXPORT_NAME dlock)
+# The imported targets dlockConfig.cmake makes again for a static libdlock's consumers.
+if(DLOCK_WITH_SQLITE)
+  target_link_libraries(dlock PRIVATE SQLite::SQLite3)
+endif()
+if(DLOCK_WITH_MYSQL)
+  target_link_libraries(dlock PRIVATE PkgConfig::MariaDB)
+endif()
+if(DLOCK_WITH_REDIS)
+  target_link_libraries(dlock PRIVATE PkgConfig::Hiredis)
+endif()
+
+# Linking objects directly adds them to dlock_internal; its consumers get the usage requirements.
+# EXCLUDE_FROM_ALL: built only for the tools and tests that link it.
+# A consumer with the DLOCK_LINK_STATIC property (the -static dlock tool) gets SQLite's archive;
+# MariaDB and hiredis go by name, so that -static picks their archives.
+add_library(dlock_internal STATIC EXCLUDE_FROM_ALL)
+target_link_libraries(dlock_internal PUBLIC dlock_objects)
+target_include_directories(dlock_internal PUBLIC ${PROJECT_SOURCE_DIR}/src)
+if(DLOCK_WITH_SQLITE)
+  set(static_link $<BOOL:$<TARGET_PROPERTY:DLOCK_LINK_STATIC>>)
+  target_link_libraries(dlock_internal PUBLIC
+    $<${static_link}:${DLOCK_SQLITE3_ARCHIVE}> $<${static_link}:m>
+    $<${static_link}:${CMAKE_DL_LIBS}> $<$<NOT:${static_link}>:SQLite::SQLite3>)
+endif()
+if(DLOCK_WITH_MYSQL)
+  target_link_libraries(dlock_internal PUBLIC ${MariaDB_LIBRARIES})
+endif()
+if(DLOCK_WITH_REDIS)
+  target_link_libraries(dlock_internal PUBLIC ${Hiredis_LIBRARIES})
+endif()

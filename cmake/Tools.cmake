@@ -1,0 +1,49 @@
+# The dlock tool and dlock-serve, with what documents them: a man page made from the tool's own
+# --help (help2man) and a bash completion it prints itself, so that neither drifts from it.
+
+find_package(fmt REQUIRED)
+find_package(CLI11 CONFIG REQUIRED)
+find_package(nlohmann_json CONFIG REQUIRED)
+
+if(DLOCK_BUILD_CLI)
+  add_executable(dlock_cli
+    src/cli/main.cpp
+    src/cli/cli_common.cpp
+    src/cli/completion_command.cpp
+    src/cli/run_command.cpp
+    src/cli/run_arguments.cpp
+    src/cli/run_process.cpp
+    src/cli/run_signals.cpp
+    src/cli/admin_commands.cpp
+    src/cli/audit_log.cpp
+    src/cli/serve_command.cpp
+    src/cli/bench_command.cpp)
+  set_target_properties(dlock_cli PROPERTIES OUTPUT_NAME dlock)
+  target_compile_definitions(dlock_cli PRIVATE DLOCK_VERSION="${PROJECT_VERSION}" $<$<BOOL:${DLOCK_WITH_MYSQL}>:DLOCK_WITH_MYSQL=1>)
+  target_link_libraries(dlock_cli PRIVATE dlock_internal fmt::fmt-header-only CLI11::CLI11 nlohmann_json::nlohmann_json
+    dlock_warnings)
+  if(DLOCK_STATIC_CLI_EFFECTIVE)
+    set_target_properties(dlock_cli PROPERTIES DLOCK_LINK_STATIC ON)
+    target_link_options(dlock_cli PRIVATE -static)
+    if(DLOCK_WITH_MYSQL)
+      # -static picks libmariadb.a, which needs its own dependencies spelled out.
+      target_link_libraries(dlock_cli PRIVATE ${MariaDB_STATIC_LIBRARIES})
+    endif()
+  endif()
+  include(${PROJECT_SOURCE_DIR}/cmake/ToolDocs.cmake)
+endif()
+
+if(DLOCK_BUILD_SERVE)
+  # dlock-serve, the HTTP server `dlock serve` runs: linked dynamically, as Debian ships
+  # cpp-httplib as a shared library only (its pkg-config flags must match that build).
+  find_package(PkgConfig REQUIRED)
+  pkg_check_modules(HTTPLIB REQUIRED IMPORTED_TARGET cpp-httplib)
+  add_executable(dlock_serve src/cli/serve_main.cpp src/cli/admin_api.cpp src/cli/audit_log.cpp src/cli/admin_page.cpp
+    src/cli/allowed_hosts.cpp src/cli/http_server.cpp src/cli/cli_common.cpp)
+  set_target_properties(dlock_serve PROPERTIES OUTPUT_NAME dlock-serve)
+  target_link_libraries(dlock_serve PRIVATE dlock_internal fmt::fmt-header-only CLI11::CLI11 nlohmann_json::nlohmann_json
+    PkgConfig::HTTPLIB dlock_warnings)
+  if(DLOCK_BUILD_CLI)
+    add_dependencies(dlock_cli dlock_serve)
+  endif()
+endif()
