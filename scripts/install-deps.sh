@@ -1,18 +1,26 @@
 #!/usr/bin/env bash
 # Installs what building and testing dlock needs on Debian 12. Safe to run repeatedly: it
 # only calls apt-get when a package is missing.
+#   --build-only   only what building the library, the tools and the .deb needs (the README's
+#                  Install section lists the same packages)
 set -euo pipefail
 
 packages=(
   g++ cmake ninja-build pkg-config
   libsqlite3-dev libmariadb-dev libhiredis-dev libssl-dev zlib1g-dev libfmt-dev libcli11-dev nlohmann-json3-dev libcpp-httplib-dev
-  libgtest-dev libgmock-dev
-  util-linux hyperfine sqlite3
   help2man dpkg-dev file  # dlock(1), and the .deb's dependencies (cpack: dpkg-shlibdeps)
-  debootstrap  # the .deb's install test on a fresh Debian 12 (scripts/deb-test.sh)
-  redis-server  # the private servers of the redis:// tests (scripts/servers/redis.sh)
-  chromium  # the admin page's browser tests (tests/browser), driven by playwright-core from npm
 )
+case "${1:-}" in
+  --build-only) ;;
+  "") packages+=(
+    libgtest-dev libgmock-dev
+    util-linux hyperfine sqlite3
+    debootstrap  # the .deb's install test on a fresh Debian 12 (scripts/deb-test.sh)
+    redis-server  # the private servers of the redis:// tests (scripts/servers/redis.sh)
+    chromium  # the admin page's browser tests (tests/browser), driven by playwright-core from npm
+  ) ;;
+  *) echo "usage: $0 [--build-only]" >&2; exit 64 ;;
+esac
 missing=()
 for p in "${packages[@]}"; do
   dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")
