@@ -31,19 +31,24 @@ const char* const kAdminPage = R"page(<!doctype html>
      others leave, cut with an ellipsis (the full text is its title), so keys never wrap. */
   #list { overflow-x: auto; }  /* only on a narrow window, with long keys and tokens */
   #locks td { white-space: nowrap; }
-  #locks td.owner { width: 100%; max-width: 0; }
-  #locks td.owner > div { display: flex; align-items: baseline; }
+  /* The owner takes the room left and shows all of itself, over several lines if it must, broken
+     after its separators (NAME@ HOST: PID. THREAD/ RANDOM) where it can. */
+  #locks td.owner { width: 100%; min-width: 14ch; white-space: normal; overflow-wrap: anywhere; }
+  #locks td.acquired { white-space: normal; min-width: 10ch; }  /* the date above the time */
   .clip { overflow: hidden; text-overflow: ellipsis; white-space: nowrap; min-width: 0; }
   #locks td.key .clip { display: inline-block; max-width: 32ch; vertical-align: bottom; }
   /* The audit panel is narrow: each entry is one line of short fields, long keys and names cut
      (their title has them), and its reason on a line of its own below. */
   #audit table { font-size: 13px; }
   #audit thead, #audit tbody { display: block; }
-  #audit tr { display: grid; grid-template-columns: 7.3em minmax(0, 1fr) minmax(0, 1.5fr) 4.2em 4.2em;
+  #audit tr { display: grid; grid-template-columns: 7.3em minmax(0, 1fr) minmax(0, 1.5fr) 4.2em;
               border-bottom: 1px solid #edf0f3; }
   #audit th, #audit td { padding: 4px 5px; border-bottom: 0; overflow-wrap: anywhere; }
   #audit th { overflow-wrap: normal; }
-  #audit th.reason { display: none; }
+  #audit th.reason, #audit th.token { display: none; }
+  /* Tokens run to 19 digits: a line of their own, below the entry, and the reason below that. */
+  #audit td.token { grid-column: 1 / -1; padding-top: 0; text-align: left; color: #57606a; }
+  #audit td.token::before { content: "token "; }
   #audit td.reason { grid-column: 1 / -1; padding-top: 0; overflow-wrap: break-word; }
   #audit td.by, #audit td.key { overflow: hidden; text-overflow: ellipsis; white-space: nowrap; }
   #audit td.at { overflow-wrap: normal; }  /* date above time */
@@ -111,7 +116,7 @@ const char* const kAdminPage = R"page(<!doctype html>
     <section id="audit">
       <h2>Audit log</h2>
       <table>
-        <thead><tr><th>When (UTC)</th><th>By</th><th>Key</th><th>Token</th><th title="Force-released with the lock delay">Delay</th><th class="reason">Reason</th></tr></thead>
+        <thead><tr><th>When (UTC)</th><th>By</th><th>Key</th><th title="Force-released with the lock delay">Delay</th><th class="token">Token</th><th class="reason">Reason</th></tr></thead>
         <tbody></tbody>
       </table>
     </section>
@@ -191,6 +196,16 @@ function clippedCell(row, className, text) {
   return line;
 }
 
+// The whole owner, which may break onto more lines only after its separators (@ : . /), unless a
+// part is longer than the column.
+function ownerCell(row, owner) {
+  const td = cell(row, "owner", "");
+  for (const part of owner.split(/(?<=[@:./])/)) {
+    td.append(part, document.createElement("wbr"));
+  }
+  return td;
+}
+
 function showStatus(text, isError) {
   $("#status").textContent = text;
   $("#status").className = isError ? "error" : "muted";
@@ -230,7 +245,7 @@ async function refreshLocks() {
       row.classList.toggle("selected", Boolean(selected && selected.key === lock.key));
       row.classList.toggle("evicted", lock.evicted === true);
       clippedCell(row, "key", lock.key);
-      const owner = clippedCell(row, "owner", lock.owner);
+      const owner = ownerCell(row, lock.owner);
       if (lock.evicted) owner.appendChild(evictedBadge("evicted"));
       cell(row, "holds num", String(lock.hold_count));
       cell(row, "token num", String(lock.token));
@@ -266,8 +281,8 @@ async function refreshAudit() {
       cell(row, "at", String(entry.at).replace("T", " ").replace("Z", ""));
       cell(row, "by", entry.by).title = entry.by;
       cell(row, "key", entry.key).title = entry.key;
-      cell(row, "token num", String(entry.token));
       cell(row, "delay", entry.lock_delay === undefined ? "\u2013" : entry.lock_delay ? "yes" : "no");
+      cell(row, "token num", String(entry.token));
       cell(row, "reason", entry.reason);
       rows.appendChild(row);
     }
