@@ -4,7 +4,8 @@
 # used with chroot), then uses it there as a new user would: dlock --version, a `dlock run` on
 # the default store, dlock serve --help, the man page and the completion in place, and a
 # consumer program (tests/consumer) built with find_package and with pkg-config against the
-# installed package, with no -dev package beyond the compiler, cmake and pkg-config.
+# installed package, with no -dev package beyond the compiler, cmake and pkg-config, and the
+# README's first hour of a C++ service, run verbatim.
 # Needs root (debootstrap, chroot, mount) and the network (the Debian archive).
 #   DLOCK_DEB_MIRROR   the Debian mirror (default http://deb.debian.org/debian)
 set -euo pipefail
@@ -65,4 +66,13 @@ in_root sh -euxc '
   g++ -o pc-consumer main.cpp $(pkg-config --cflags --libs dlock)
   ./pc-consumer sqlite:///tmp/locks.db
 '
+step "the README's first hour of a C++ service, verbatim"
+awk '/^## Your first hour: a C\+\+ service/ { section = 1 } section && /^```sh$/ { code = 1; next }
+     code && /^```$/ { exit } code { print }' README.md >"$root/tmp/first-hour.sh"
+[ -s "$root/tmp/first-hour.sh" ] || { echo "deb-test: no sh block under the README's C++ first hour" >&2; exit 1; }
+in_root bash -eu /tmp/first-hour.sh >"$root/tmp/first-hour.out" 2>&1 || { cat "$root/tmp/first-hour.out" >&2; exit 1; }
+# Two copies, three rounds each, taking turns: six lines, the tokens rising 1 to 6.
+tokens=$(sed -n 's/^pid [0-9]*: round [1-3], fencing token \([0-9]*\)$/\1/p' "$root/tmp/first-hour.out" | tr '\n' ' ')
+[ "$tokens" = "1 2 3 4 5 6 " ] || { cat "$root/tmp/first-hour.out" >&2; echo "deb-test: tokens '$tokens'" >&2; exit 1; }
+
 step "all passed"

@@ -17,7 +17,7 @@ const char* const kAdminPage = R"page(<!doctype html>
   header { background: #1b1f24; color: #fff; padding: 10px 16px; display: flex; gap: 16px; align-items: baseline; }
   header h1 { font-size: 17px; margin: 0; }
   header .muted { color: #aab2bd; }
-  main { display: grid; grid-template-columns: minmax(0, 2fr) minmax(380px, 1fr); gap: 16px; padding: 16px; }
+  main { display: grid; grid-template-columns: minmax(0, 5fr) minmax(340px, 2fr); gap: 16px; padding: 16px; }
   section { background: #fff; border: 1px solid #d7dce2; border-radius: 6px; padding: 12px 14px; margin-bottom: 16px; }
   h2 { font-size: 15px; margin: 0 0 8px; }
   .toolbar { display: flex; gap: 8px; align-items: center; margin-bottom: 8px; }
@@ -33,10 +33,10 @@ const char* const kAdminPage = R"page(<!doctype html>
   #locks td { white-space: nowrap; }
   /* The owner takes the room left and shows all of itself, over several lines if it must, broken
      after its separators (NAME@ HOST: PID. THREAD/ RANDOM) where it can. */
-  #locks td.owner { width: 100%; min-width: 14ch; white-space: normal; overflow-wrap: anywhere; }
+  #locks td.owner { width: 100%; min-width: 12ch; white-space: normal; overflow-wrap: anywhere; }
   #locks td.acquired { white-space: normal; min-width: 10ch; }  /* the date above the time */
   .clip { overflow: hidden; text-overflow: ellipsis; white-space: nowrap; min-width: 0; }
-  #locks td.key .clip { display: inline-block; max-width: 32ch; vertical-align: bottom; }
+  #locks td.key .clip { display: inline-block; max-width: 28ch; vertical-align: bottom; }
   /* The audit panel is narrow: each entry is one line of short fields, long keys and names cut
      (their title has them), and its reason on a line of its own below. */
   #audit table { font-size: 13px; }
