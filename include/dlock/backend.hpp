@@ -108,12 +108,41 @@ class DLOCK_EXPORT WakeChannel {
   virtual void abandon() noexcept {}
 };
 
+// What a store can do, as far as users and tools may rely on it. The CLI and the tests ask a
+// backend (Client::capabilities) instead of reading its URL, so a new store, or a new mode of
+// one, states its own facts here and nowhere else.
+struct Capabilities {
+  // Other processes (and, for server stores, other hosts) opening the same URL see the same
+  // locks. False for local://, whose store lives inside one process.
+  bool spans_processes = false;
+  // A hold outlives the client that took it: after that process exits without releasing, the
+  // key stays held until its lease runs out (what `dlock acquire` relies on). False where a
+  // lock ends with its process or connection (local://, mysql:// session mode).
+  bool holds_outlive_the_client = false;
+  // A holder whose process dies (its connection ends) frees the key at once, not at the end of
+  // its lease (mysql:// session mode).
+  bool frees_when_holder_dies = false;
+  // LockInfo::held_for is filled in (false: the store never records when a lock was taken).
+  bool records_acquisition_time = false;
+  // activity() returns the store's totals (false: it keeps none and answers nothing).
+  bool keeps_activity = false;
+  // inspect() and list() say how many clients wait for a key (LockInfo::waiters).
+  bool counts_waiters = false;
+  // watch_evictions() is implemented: an evicted holder learns of a force-release within about
+  // a second, not at its next renewal. watch_evictions() may still answer false when the push
+  // channel cannot be set up at the time (the store is unreachable); holders then learn at
+  // their next renewal.
+  bool notifies_evictions = false;
+};
+
 class DLOCK_EXPORT Backend {
  public:
   virtual ~Backend() = default;
 
   // Short lowercase name, as in the URL scheme: "sqlite", "local", "mysql".
   virtual std::string_view name() const noexcept = 0;
+  // What this store (in its configured mode) can do; constant for the backend's lifetime.
+  virtual Capabilities capabilities() const noexcept = 0;
   // Longest key the store accepts; the core rejects longer keys with a clear error.
   virtual std::size_t max_key_bytes() const noexcept { return kMaxKeyBytes; }
 

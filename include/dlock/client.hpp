@@ -233,6 +233,9 @@ class DLOCK_EXPORT Client {
   // The URL with any password replaced by "***".
   const std::string& url() const noexcept;
   std::string_view backend_name() const noexcept;
+  // What the store behind this client can do (see backend::Capabilities), for tools that
+  // must not guess it from the URL.
+  backend::Capabilities capabilities() const noexcept;
   // The owner string a default-owner lock taken by the calling thread uses:
   // NAME@HOST:PID.THREAD/RANDOM (see ClientOptions::name).
   std::string default_owner() const;

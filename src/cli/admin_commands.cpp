@@ -19,7 +19,6 @@
 
 #include "cli/audit_log.hpp"
 #include "cli/commands.hpp"
-#include "core/url.hpp"
 #if DLOCK_WITH_MYSQL
 #include "backends/mysql/mysql_backend.hpp"
 #endif
@@ -56,25 +55,20 @@ struct AcquireOptions {
 };
 
 // A mysql:// session-mode lock ends with the connection holding it, so with this process.
-void refuse_session_mode(const GlobalOptions& global) {
-  const char* env = std::getenv("DLOCK_URL");  // NOLINT(concurrency-mt-unsafe): read once, nothing sets it
-  const std::string text = !global.url.empty() ? global.url : env ? env : "";
-  if (text.empty()) return;
-  const core::Url url = core::Url::parse(text);
-  if (url.scheme != "mysql" && url.scheme != "mariadb") return;
-  for (const auto& [name, value] : url.query) {
-    if (name == "mode" && value == "session") {
-      throw ConfigurationError(
-          "dlock acquire cannot hold a mysql:// session-mode lock: it ends with this command's connection. "
-          "Use `dlock run KEY -- COMMAND`, or mode=lease",
-          "mysql");
-    }
-  }
+// `dlock acquire` leaves the key held after it exits: refused, before any lock is taken, where
+// the store ends a hold with its process or connection (local://, mysql:// session mode).
+void refuse_holds_ending_with_this_process(const Client& client) {
+  if (client.capabilities().holds_outlive_the_client) return;
+  const std::string name(client.backend_name());
+  throw ConfigurationError(fmt::format("dlock acquire cannot leave a lock held on this {}:// store: its locks end "
+                                       "with the process (or connection) that took them. Use `dlock run KEY -- COMMAND`{}",
+                                       name, name == "mysql" ? ", or mode=lease" : ""),
+                           name);
 }
 
 int acquire(const GlobalOptions& global, const AcquireOptions& options) {
-  refuse_session_mode(global);
   const Client client = open_client(global);
+  refuse_holds_ending_with_this_process(client);
   // No renewal: this process is about to exit. The TTL bounds the hold if no release comes.
   Attempt attempt = take_lock(client, options.key, options.wait,
                               LockOptions{.ttl = options.ttl, .auto_renew = false, .owner = options.owner});

@@ -18,7 +18,6 @@
 #include <algorithm>
 #include <atomic>
 #include <bit>
-#include <cctype>
 #include <cerrno>
 #include <chrono>
 #include <cmath>
@@ -294,8 +293,9 @@ std::string describe_exit(int status) {
   return fmt::format("exited with status {} without reporting", WEXITSTATUS(status));
 }
 
-// One process per client. They are forked before this process creates any Client: a Client
-// runs a renewal thread, and a forked copy of a threaded process must not run library code.
+// One process per client. They are forked while this process has no Client (the one that asked
+// whether the store spans processes is closed by then): a Client runs a renewal thread, and a
+// forked copy of a threaded process must not run library code.
 class ProcessWorkers {
  public:
   ProcessWorkers(const GlobalOptions& global, const BenchArgs& a, Shared& s) : s_(s) {
@@ -621,19 +621,13 @@ int run_bench(const GlobalOptions& global, const BenchArgs& a) {
 
 // --- command line ----------------------------------------------------------------------------
 
-// local:// lives inside one process: workers in separate processes would each get a store of
-// their own and never contend. Decided from the URL because no Client may exist before fork.
-bool is_local_url(const GlobalOptions& global) {
-  std::string url = global.url;
-  if (url.empty()) {
-    // NOLINTNEXTLINE(concurrency-mt-unsafe): no other thread exists yet
-    if (const char* env = std::getenv("DLOCK_URL")) url = env;
-  }
-  const std::size_t sep = url.find("://");
-  if (sep != 5) return false;
-  std::string scheme = url.substr(0, sep);
-  for (char& c : scheme) c = static_cast<char>(std::tolower(static_cast<unsigned char>(c)));
-  return scheme == "local";
+// Workers in separate processes contend only on a store that spans processes: on local:// each
+// would get a store of its own. The store's name where it does not, else nothing. The Client
+// that asks is closed on return, its threads joined, so the workers can be forked after it.
+std::optional<std::string> in_process_store(const GlobalOptions& global) {
+  const Client client = open_client(global);
+  if (client.capabilities().spans_processes) return std::nullopt;
+  return std::string(client.backend_name());
 }
 
 struct Flags {
@@ -684,10 +678,12 @@ int run_from_flags(const GlobalOptions& global, const Flags& f, bool clients_giv
                     "inside the critical section",
                     format_duration(a.hold), format_duration(a.ttl)));
   }
-  if (!a.threads && a.clients > 1 && is_local_url(global)) {
-    return usage_error(
-        "local:// is in-process: separate processes would each have a store of "
-        "their own; add --threads");
+  if (!a.threads && a.clients > 1) {
+    if (const auto store = in_process_store(global)) {
+      return usage_error(fmt::format(
+          "{}:// locks live in one process: separate processes would each have a store of their own; add --threads",
+          *store));
+    }
   }
   return run_bench(global, a);  // main reports what it throws
 }

@@ -642,6 +642,7 @@ std::chrono::nanoseconds Client::ping() const {
 const std::string& Client::id() const noexcept { return state_->id; }
 const std::string& Client::url() const noexcept { return state_->url; }
 std::string_view Client::backend_name() const noexcept { return state_->backend->name(); }
+backend::Capabilities Client::capabilities() const noexcept { return state_->backend->capabilities(); }
 std::string Client::default_owner() const { return state_->default_owner(); }
 
 }  // namespace dlock

@@ -371,6 +371,21 @@ TEST_F(RunFaultsTest, DaemonizedGrandchildDoesNotKeepAKilledDlocksSessionLock) {
   EXPECT_FALSE(is_dead(orphan)) << "the grandchild should still be running, or this shows nothing";
 }
 
+// A session-mode lock would end with `dlock acquire` itself: refused before it is taken, with
+// the ways that work, and no password in the message.
+TEST_F(RunFaultsTest, AcquireRefusesMysqlSessionMode) {
+  const std::string url = dlock::test::env("DLOCK_MYSQL_URL").value_or("");
+  if (url.empty()) GTEST_SKIP() << unset("DLOCK_MYSQL_URL");
+  const std::string session = dlock::test::with_option(url, "mode=session");
+  const Result result = start(session, {"acquire", "--owner", "me", key_})->wait(30s);
+  EXPECT_EQ(result.exit_code, 69) << result.err;
+  EXPECT_NE(result.err.find("dlock run"), std::string::npos) << result.err;
+  EXPECT_NE(result.err.find("mode=lease"), std::string::npos) << result.err;
+  EXPECT_TRUE(result.out.empty()) << "no token for a lock that is not held: " << result.out;
+  const Result status = start(session, {"status", key_})->wait(30s);
+  EXPECT_EQ(status.out, key_ + ": free\n") << status.err;
+}
+
 // ---- secrets ----
 
 TEST_F(RunFaultsTest, StorePasswordDoesNotReachTheCommand_Mysql) {

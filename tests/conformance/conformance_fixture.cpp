@@ -109,6 +109,11 @@ std::shared_ptr<backend::Backend> BackendTest::open_backend() const {
   return backends::open_backend(core::Url::parse(url_));
 }
 
+const backend::Capabilities& BackendTest::capabilities() const {
+  if (!capabilities_) capabilities_ = open_backend()->capabilities();
+  return *capabilities_;
+}
+
 BackendTest::Faulty BackendTest::open_faulty() const {
   auto faults = std::make_shared<FaultBackend>(open_backend());
   return Faulty{Client::with_backend(faults), faults};

@@ -14,6 +14,7 @@
 #include <functional>
 #include <initializer_list>
 #include <memory>
+#include <optional>
 #include <string>
 #include <string_view>
 #include <vector>
@@ -50,7 +51,9 @@ class BackendTest : public ::testing::TestWithParam<BackendParam> {
 
   const std::string& url() const noexcept { return url_; }
   const std::filesystem::path& temp_dir() const noexcept { return temp_dir_; }
-  bool spans_processes() const noexcept { return GetParam().spans_processes; }
+  // What this test's store can do, as its backend says (opened once, on first use).
+  const backend::Capabilities& capabilities() const;
+  bool spans_processes() const { return capabilities().spans_processes; }
 
   // A new Client on this test's store.
   Client open() const { return Client::open(url_); }
@@ -73,6 +76,7 @@ class BackendTest : public ::testing::TestWithParam<BackendParam> {
   std::string url_;
   std::filesystem::path temp_dir_;
   std::string key_base_;
+  mutable std::optional<backend::Capabilities> capabilities_;
 };
 
 // Polls `condition` every few milliseconds until it holds or `timeout` passes.

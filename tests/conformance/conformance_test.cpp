@@ -294,7 +294,7 @@ TEST_P(Conformance, ExpiryAfterSigkill) {
   ASSERT_EQ(holder.wait_for(10s), 128 + SIGKILL);
   const auto killed = Clock::now();
 
-  if (GetParam().frees_when_holder_dies) {
+  if (capabilities().frees_when_holder_dies) {
     // The lock ended with the holder's connection, which the kernel closed.
     auto attempt = client.try_acquire_for(k, 5s, {.ttl = 10s});
     ASSERT_TRUE(attempt) << "the key was not freed when its holder died";
@@ -518,10 +518,18 @@ TEST_P(Conformance, ForceReleaseDelayEndsWithTheHoldersRelease) {
   EXPECT_GT(next.lease().token(), evicted->token);
 }
 
+// The capability and the watch agree: a store that says it notifies evictions accepts the watch
+// (while it can be reached), one that says it does not declines it. The core subscribes by the
+// answer; tools and the case below go by the capability.
+TEST_P(Conformance, EvictionWatchAnswersAsTheCapabilitySays) {
+  const auto backend = open_backend();
+  EXPECT_EQ(backend->watch_evictions([](std::string_view) {}), backend->capabilities().notifies_evictions);
+}
+
 // Where the store can notify, an evicted holder learns within about a second, long before its
 // next renewal (TTL/3 = 10 s here).
 TEST_P(Conformance, EvictedHolderLearnsWithinASecond) {
-  if (!GetParam().notifies_evictions) GTEST_SKIP() << GetParam().name << " cannot notify an evicted holder";
+  if (!capabilities().notifies_evictions) GTEST_SKIP() << GetParam().name << " cannot notify an evicted holder";
   Client client = open();
   Client admin = open();
   const std::string k = key();
@@ -630,7 +638,7 @@ TEST_P(Conformance, FencingMonotonic) {
     {
       Lease short_lease = client.acquire(k, {.ttl = 150ms});
       record(short_lease.token(), "a release (2)");
-      if (GetParam().frees_when_holder_dies) {
+      if (capabilities().frees_when_holder_dies) {
         // No lease to run out: the lock ends when it is taken from its connection.
         ASSERT_TRUE(admin.force_release(k, Eviction::immediate));
       }
@@ -669,7 +677,7 @@ TEST_P(Conformance, StaleReleaseCannotTouchNewerAcquisition) {
   const std::string owner = "stale-" + run_id();
   Lease old_lease = client.acquire(k, {.ttl = 200ms, .owner = owner});
   const std::uint64_t old_token = old_lease.token();
-  if (GetParam().frees_when_holder_dies) {
+  if (capabilities().frees_when_holder_dies) {
     ASSERT_TRUE(other.force_release(k, Eviction::immediate));  // no lease to run out
   }
   ASSERT_TRUE(eventually([&] { return !other.inspect(k); }, 5s)) << "the 200 ms lease never expired";
@@ -989,7 +997,7 @@ TEST_P(Conformance, HeldForCountsFromTheAcquisition) {
   lease.renew();
   const auto info = other.inspect(k);
   ASSERT_TRUE(info);
-  if (!GetParam().records_acquisition_time) {
+  if (!capabilities().records_acquisition_time) {
     EXPECT_FALSE(info->held_for) << "this store records no acquisition time, yet held_for is set";
     return;
   }
@@ -1025,7 +1033,7 @@ TEST_P(Conformance, WaitersAreCountedWhereTheStoreKnowsThem) {
   Lease lease = holder.acquire(k, {.ttl = 10s});
   std::optional<Attempt> got;
   std::thread waiter([&] { got.emplace(waiting.try_acquire_for(k, 10s)); });
-  if (GetParam().counts_waiters) {
+  if (capabilities().counts_waiters) {
     EXPECT_TRUE(eventually([&] { return holder.inspect(k)->waiters == 1u; }, 5s)) << "inspect does not count the waiter";
     const auto page = holder.list(k);
     ASSERT_EQ(page.locks.size(), 1u);
@@ -1040,7 +1048,7 @@ TEST_P(Conformance, WaitersAreCountedWhereTheStoreKnowsThem) {
   ASSERT_TRUE(got && *got) << "the waiter did not get the key";
   const auto after = holder.inspect(k);  // held by the waiter now, which left the queue
   ASSERT_TRUE(after);
-  if (GetParam().counts_waiters) {
+  if (capabilities().counts_waiters) {
     EXPECT_EQ(after->waiters, 0u);
   }
 }
@@ -1050,7 +1058,7 @@ TEST_P(Conformance, WaitersAreCountedWhereTheStoreKnowsThem) {
 TEST_P(Conformance, ActivityIsCountedAndAddedToTheStore) {
   Client observer = open();  // keeps an in-process store alive across the clients below
   const std::optional<Activity> before = observer.store_activity();
-  EXPECT_EQ(before.has_value(), GetParam().keeps_activity);
+  EXPECT_EQ(before.has_value(), capabilities().keeps_activity);
   const std::string k = key();
   Activity expected;
   {

@@ -40,8 +40,6 @@ BackendParam local_param() {
     // A store of its own per test: local:// stores live as long as the process.
     return "local://conformance-" + std::to_string(::getpid()) + "-" + std::to_string(++next);
   };
-  p.spans_processes = false;
-  p.notifies_evictions = true;
   p.malformed_urls = {
       {"local://x?bogus=1", {"bogus"}},
       {"local://x/some/path", {"path"}},
@@ -56,8 +54,6 @@ BackendParam sqlite_param() {
   p.make_url = [](const std::filesystem::path& temp_dir) {
     return "sqlite://" + (temp_dir / "locks.db").string();
   };
-  p.spans_processes = true;
-  p.notifies_evictions = true;
   // procfs refuses to create directories, even for root.
   p.bad_location_url = "sqlite:///proc/dlock-nope/x.db";
   p.bad_location_names = "/proc/dlock-nope";
@@ -99,9 +95,6 @@ std::vector<BackendParam> all_backends() {
 #endif
         return url + (url.find('?') == std::string::npos ? "?" : "&") + "table=" + table;
       };
-      p.frees_when_holder_dies = mode == "session";
-      // Row mode lives in the user's own table and creates nothing.
-      p.records_acquisition_time = p.keeps_activity = mode != "row";
 #if DLOCK_WITH_MYSQL
       if (mode == "row") {
         p.prepare_key = [](const std::string& test_url, const std::string& key) {
@@ -113,8 +106,6 @@ std::vector<BackendParam> all_backends() {
       p.make_url = [url](const std::filesystem::path&) { return url; };
     }
     if (scheme == "redis") {
-      p.counts_waiters = true;
-      p.notifies_evictions = true;
       p.bad_location_url = "redis://127.0.0.1:1/0";  // nothing listens on port 1
       p.bad_location_names = "127.0.0.1:1";
       p.malformed_urls = {
@@ -126,7 +117,6 @@ std::vector<BackendParam> all_backends() {
       };
     }
     if (scheme == "redlock") {
-      p.notifies_evictions = true;
       p.bad_location_url = "redlock://127.0.0.1:1,127.0.0.1:2,127.0.0.1:3/0";  // nothing listens there
       p.bad_location_names = "127.0.0.1:1";
       p.malformed_urls = {
@@ -138,7 +128,6 @@ std::vector<BackendParam> all_backends() {
           {"redlock://h1:1,h2:2,h3:3/zero", {"database"}},
       };
     }
-    p.spans_processes = scheme != "local";  // every server-backed store spans processes
     params.push_back(std::move(p));
   }
   return params;

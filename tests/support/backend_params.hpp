@@ -28,20 +28,7 @@ struct BackendParam {
   // A fresh URL for one test: its own store (a new database file under `temp_dir`, a new
   // local:// store), or the shared server for DLOCK_TEST_URLS (tests use unique keys).
   std::function<std::string(const std::filesystem::path& temp_dir)> make_url;
-  // True when locks are shared between processes: the multi-process cases run.
-  bool spans_processes = false;
-  // True when a lock ends with its holder's connection rather than at its lease's end
-  // (mysql:// session mode): a killed holder frees the key at once.
-  bool frees_when_holder_dies = false;
-  // False where LockInfo::held_for is never known (mysql:// row mode).
-  bool records_acquisition_time = true;
-  // False where the store keeps no activity totals (Backend::activity gives nothing).
-  bool keeps_activity = true;
-  // True where inspect and list report how many clients wait (LockInfo::waiters).
-  bool counts_waiters = false;
-  // True where the store tells an evicted holder of a force-release at once
-  // (Backend::watch_evictions), so it learns within a second rather than at its next renewal.
-  bool notifies_evictions = false;
+  // What the store can do is not listed here: cases ask the backend (BackendTest::capabilities).
   // Called with the test's URL for every key a test uses: row mode locks rows that must
   // exist. Empty for every other backend.
   std::function<void(const std::string& url, const std::string& key)> prepare_key;

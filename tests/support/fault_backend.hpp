@@ -82,6 +82,7 @@ class FaultBackend final : public backend::Backend {
 
   std::string_view name() const noexcept override { return inner_->name(); }
   std::size_t max_key_bytes() const noexcept override { return inner_->max_key_bytes(); }
+  backend::Capabilities capabilities() const noexcept override { return inner_->capabilities(); }
 
   backend::AcquireResult acquire(const backend::AcquireRequest& request) override {
     ++acquire_calls_;

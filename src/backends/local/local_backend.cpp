@@ -101,6 +101,10 @@ class LocalBackend final : public backend::Backend {
   LocalBackend& operator=(const LocalBackend&) = delete;
 
   std::string_view name() const noexcept override { return "local"; }
+  // The store lives in this process: nothing outside it sees its locks or outlives it.
+  backend::Capabilities capabilities() const noexcept override {
+    return {.records_acquisition_time = true, .keeps_activity = true, .notifies_evictions = true};
+  }
 
   backend::AcquireResult acquire(const backend::AcquireRequest& r) override {
     std::lock_guard lock(store_->mutex);

@@ -249,6 +249,13 @@ class LeaseBackend final : public ModeBackend {
     ensure_lock_table(*connection);
   }
 
+  backend::Capabilities capabilities() const noexcept override {
+    return {.spans_processes = true,
+            .holds_outlive_the_client = true,
+            .records_acquisition_time = true,
+            .keeps_activity = true};
+  }
+
   backend::AcquireResult acquire(const backend::AcquireRequest& request) override {
     Attempt attempt = attempt_for(request, false);
     DoorbellChannel* channel = attempt.channel;

@@ -119,6 +119,11 @@ class RowBackend final : public ModeBackend {
         sql_(settings_.table, settings_.columns, facts_.expiry_round_up_us) {}
 
   std::size_t max_key_bytes() const noexcept override { return facts_.max_key_bytes; }
+  // The user's table has no column for when a lock was taken, and row mode creates no table
+  // for activity totals.
+  backend::Capabilities capabilities() const noexcept override {
+    return {.spans_processes = true, .holds_outlive_the_client = true};
+  }
 
   backend::AcquireResult acquire(const backend::AcquireRequest& request) override {
     check_key(request.key);

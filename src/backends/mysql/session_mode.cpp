@@ -133,6 +133,14 @@ class SessionBackend final : public ModeBackend {
     ensure_lock_table(*connection);  // also checks for session_id
   }
 
+  // A lock is its holder's GET_LOCK: it ends with the holder's connection, not its lease.
+  backend::Capabilities capabilities() const noexcept override {
+    return {.spans_processes = true,
+            .frees_when_holder_dies = true,
+            .records_acquisition_time = true,
+            .keeps_activity = true};
+  }
+
   backend::AcquireResult acquire(const backend::AcquireRequest& request) override {
     const std::string bell = bell_name(request.key);
     // A new lock gets a connection of its own: ending that connection (force-release) must

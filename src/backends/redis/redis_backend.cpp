@@ -56,6 +56,14 @@ class RedisBackend final : public backend::Backend {
   }
 
   std::string_view name() const noexcept override { return kName; }
+  backend::Capabilities capabilities() const noexcept override {
+    return {.spans_processes = true,
+            .holds_outlive_the_client = true,
+            .records_acquisition_time = true,
+            .keeps_activity = true,
+            .counts_waiters = true,
+            .notifies_evictions = true};
+  }
 
   backend::AcquireResult acquire(const backend::AcquireRequest& request) override;
 

@@ -144,6 +144,13 @@ class RedlockBackend final : public backend::Backend {
   explicit RedlockBackend(Settings settings);
 
   std::string_view name() const noexcept override { return kName; }
+  backend::Capabilities capabilities() const noexcept override {
+    return {.spans_processes = true,
+            .holds_outlive_the_client = true,
+            .records_acquisition_time = true,
+            .keeps_activity = true,
+            .notifies_evictions = true};
+  }
   backend::AcquireResult acquire(const backend::AcquireRequest& request) override;
   bool renew(const backend::LeaseRef& lease, milliseconds ttl) override;
   std::optional<std::uint32_t> release(const backend::LeaseRef& lease) override;

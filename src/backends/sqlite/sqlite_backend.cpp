@@ -448,6 +448,13 @@ class SqliteBackend final : public backend::Backend {
   SqliteBackend& operator=(const SqliteBackend&) = delete;
 
   std::string_view name() const noexcept override { return kName; }
+  backend::Capabilities capabilities() const noexcept override {
+    return {.spans_processes = true,
+            .holds_outlive_the_client = true,
+            .records_acquisition_time = true,
+            .keeps_activity = true,
+            .notifies_evictions = true};
+  }
 
   backend::AcquireResult acquire(const backend::AcquireRequest& request) override {
     Borrowed connection(*this);
