@@ -19,6 +19,7 @@
 
 #include "cli/audit_log.hpp"
 #include "cli/commands.hpp"
+#include "core/owner.hpp"
 #if DLOCK_WITH_MYSQL
 #include "backends/mysql/mysql_backend.hpp"
 #endif
@@ -221,11 +222,9 @@ int force_release(const GlobalOptions& global, const ForceReleaseOptions& option
   const auto freed =
       client.force_release(options.key, options.no_lock_delay ? Eviction::immediate : Eviction::delayed);
   if (freed) {
-    char host[256] = "";
-    ::gethostname(host, sizeof host - 1);
     audit.append({{"at", utc_now_iso()},
                   {"by", invoking_user(options.by)},
-                  {"from", fmt::format("dlock force-release on {}", host)},
+                  {"from", fmt::format("dlock force-release on {}", core::host_name())},
                   {"reason", options.reason},
                   {"key", freed->key},
                   {"owner", freed->owner},
