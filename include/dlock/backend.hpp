@@ -2,10 +2,11 @@
 
 // The backend interface: what a store must provide for dlock's core to build locks on it.
 //
-// A backend implements atomic primitives and a wake-up channel; the core (src/core) owns every
+// A backend implements atomic primitives and a way to wait; the core (src/core) owns every
 // rule built on them: validation, owners, waiting and deadlines, renewal, loss detection and
 // the bookkeeping of leases. A backend never sleeps to wait for a lock and never retries an
-// acquire on its own (a wake channel may make the one attempt that follows its wake-up).
+// acquire on its own (a waiter may take the key inside its wait, as the attempt that follows
+// would).
 //
 // Threads: every member function may be called concurrently from any thread (user threads and
 // the client's renewal thread). Errors are reported by throwing dlock::Error subclasses:
@@ -15,14 +16,21 @@
 // Time: every TTL and expiry is judged by the store's clock (or the host's, for embedded
 // stores), never by comparing the caller's wall clock with another machine's.
 //
-// Two families fit this interface:
-//  * lease stores (local, SQLite, MySQL, PostgreSQL, Redis, Redlock): acquire() answers
-//    Acquired or Held at once; waiters sleep on the wake channel until a release or until
-//    the holder's lease runs out, then try again.
-//  * queue stores (ZooKeeper, etcd): acquire() may answer Enqueued with a ticket (the
-//    waiter's own queue entry). The core then waits on wake_channel(key, ticket), which
-//    fires when the predecessor is gone, and calls acquire() again with the same ticket.
-//    When the waiter gives up, the core calls cancel(key, ticket) to remove its entry.
+// Waiting is one protocol for every store. A try-once call makes one acquire(). A call that may
+// wait opens a Waiter, the call's presence at the key, and drives it: attempt(), and while the
+// answer is Busy and time is left, wait_until() and attempt() again; then it drops the Waiter.
+//  * lease stores (local, SQLite, MySQL, PostgreSQL, Redis, Redlock): an attempt answers at
+//    once; between attempts the waiter sleeps on whatever the store's release rings (a futex,
+//    GET_LOCK, BLPOP). src/backends/bell_waiter.hpp builds such a waiter from acquire() and a
+//    bell.
+//  * queue stores (ZooKeeper, etcd): the first attempt enqueues the waiter (its own queue
+//    entry), later attempts look whether it is first, and the wait ends when its predecessor
+//    is gone. Dropping the waiter removes the entry.
+// Either kind may take the key inside wait_until(); the attempt that follows then answers
+// Acquired with the time that take was sent.
+//
+// Losses are the core's rule; a store only reports what it sees (Events): a force-release, an
+// acquisition it knows is gone, or everything its session held.
 
 #include <chrono>
 #include <cstdint>
@@ -38,17 +46,10 @@
 
 namespace dlock::backend {
 
-class WakeChannel;
-
 struct AcquireRequest {
   std::string_view key;
   std::string_view owner;
   std::chrono::milliseconds ttl;
-  std::string_view ticket;  // empty, or the ticket of an earlier Enqueued answer
-  // The channel this waiting call armed before the attempt (null on a first attempt or a
-  // try_lock). A backend may make the attempt through it: MySQL passes the doorbell a woken
-  // waiter holds straight to the new holder.
-  WakeChannel* wake = nullptr;
 };
 
 // The key is ours. A new acquisition has hold_count 1 and a fresh fencing token, strictly
@@ -59,23 +60,26 @@ struct AcquireRequest {
 struct Acquired {
   std::uint64_t token = 0;
   std::uint32_t hold_count = 1;
-  // When the attempt that took the key was sent, if that was before this acquire() call: a
-  // backend may take the key inside its wake channel's wait (MySQL's woken waiter does). The
-  // lease is timed from the earlier of this and the call.
+  // When the request that took the key was sent, if before this attempt: a waiter may take the
+  // key inside wait_until() (MySQL's heir handoff, Redis's fair queue). The lease is timed from
+  // the earlier of this and the attempt.
   std::optional<std::chrono::steady_clock::time_point> sent;
+  // The lease the store grants, when shorter than the request's TTL: a session store's lease is
+  // its session, which the ensemble may end that long after it last heard from the client. The
+  // core times validity and renewals by it.
+  std::optional<std::chrono::milliseconds> lease;
 };
 
-// Someone else holds a live lease: report who and for how long (conflict report).
-struct Held {
-  LockInfo holder;
+// The key is not ours now. Never a made-up holder: `holder` is the live holder the store saw,
+// or nothing while the key has none to name (being handed to a waiter, no majority yet).
+struct Busy {
+  std::optional<LockInfo> holder;
+  // Attempt again within this even if nothing wakes the waiter: the holder's remaining lease
+  // (expiry rings no bell), or how soon a key between holders settles.
+  std::chrono::milliseconds retry_within{0};
 };
 
-// Queue stores only: the caller is queued behind someone; wait on wake_channel(key, ticket).
-struct Enqueued {
-  std::string ticket;
-};
-
-using AcquireResult = std::variant<Acquired, Held, Enqueued>;
+using AcquireResult = std::variant<Acquired, Busy>;
 
 // Identifies one acquisition. Renew and release match owner *and* token, so a late or
 // retried call can never touch a newer acquisition of the same key.
@@ -85,27 +89,36 @@ struct LeaseRef {
   std::uint64_t token = 0;
 };
 
-// Waking waiters. The core creates one channel per waiting call, calls arm() before every
-// acquire attempt and, when the attempt found the key held, wait_until(). A release (or
-// force-release) that happens after arm() must make the following wait_until() return
-// promptly. Lease expiry needs no wake-up: the core never waits past the holder's ttl_left.
-// A release should wake O(1) waiters, not all of them. Every wait_until() is followed by an
-// attempt through the channel, so a channel may make that attempt inside the wait and hand
-// acquire() its result (see attempts_in_wait).
-class DLOCK_EXPORT WakeChannel {
+// One waiting call's presence at a key, for its whole life (see the top of this file). Every
+// attempt is for the request the waiter was opened with. Used by one thread at a time.
+class DLOCK_EXPORT Waiter {
  public:
-  virtual ~WakeChannel() = default;
-  virtual void arm() = 0;
-  // Offered once, right after the channel is made, with the request of the waiting call (every
-  // attempt of which has the same key, owner and TTL). A channel that makes the attempt inside
-  // each wait returns true; the core then waits at once instead of attempting first, as the
-  // attempt inside the wait sees any release since the last one.
-  virtual bool attempts_in_wait(const AcquireRequest& /*request*/) { return false; }
-  // Blocks until woken, the deadline (steady clock), or spuriously. True when woken.
-  virtual bool wait_until(std::chrono::steady_clock::time_point deadline) = 0;
-  // The waiter stops without taking the lock after a wake-up it consumed: wake-one channels
-  // pass that wake-up on to another waiter here.
-  virtual void abandon() noexcept {}
+  // The call ends, with the key or without it: a queue entry is removed, a wake-up taken but
+  // not used is passed to another waiter, and a key taken inside a wait but never reported by
+  // attempt() is released. Never throws.
+  virtual ~Waiter() = default;
+  // One attempt; the first comes right after the waiter is opened.
+  virtual AcquireResult attempt() = 0;
+  // Blocks until the key may have become free since the last attempt() began (a release, a
+  // force-release, a predecessor gone), the deadline (steady clock), or spuriously. A waiter
+  // that cannot tell returns at once; the core never waits past Busy::retry_within.
+  virtual void wait_until(std::chrono::steady_clock::time_point deadline) = 0;
+};
+
+// How a store tells the core what it saw, as it happens (Backend::watch). Each call returns
+// at once (the core acts on its own threads) and may come from any thread, never from inside
+// another of the backend's calls.
+class DLOCK_EXPORT Events {
+ public:
+  virtual ~Events() = default;
+  // `key` was force-released by some client. The core checks its own leases of the key with
+  // inspect(), so a spurious or late call costs one round trip and nothing else.
+  virtual void evicted(std::string_view key) = 0;
+  // This acquisition is gone for certain (its node was deleted, its connection ended): the
+  // core reports the loss at once instead of at the next renewal.
+  virtual void lost(const LeaseRef& lease, std::string_view why) = 0;
+  // Everything this backend held is gone (its session expired): every lease of the client.
+  virtual void all_lost(std::string_view why) = 0;
 };
 
 // What a store can do, as far as users and tools may rely on it. The CLI and the tests ask a
@@ -122,14 +135,20 @@ struct Capabilities {
   // A holder whose process dies (its connection ends) frees the key at once, not at the end of
   // its lease (mysql:// session mode).
   bool frees_when_holder_dies = false;
+  // A lock lasts as long as its holder's connection or session, which the client keeps alive
+  // by itself (mysql:// session mode, zookeeper://): a holder that stops renewing but lives
+  // keeps the key, its TTL bounds only how long it trusts the lock without hearing from the
+  // store, and LockInfo::ttl_left is how long the key may stay held after the holder's
+  // session ends rather than a countdown. False where an unrenewed lease runs out by itself.
+  bool lease_is_the_session = false;
   // LockInfo::held_for is filled in (false: the store never records when a lock was taken).
   bool records_acquisition_time = false;
   // activity() returns the store's totals (false: it keeps none and answers nothing).
   bool keeps_activity = false;
   // inspect() and list() say how many clients wait for a key (LockInfo::waiters).
   bool counts_waiters = false;
-  // watch_evictions() is implemented: an evicted holder learns of a force-release within about
-  // a second, not at its next renewal. watch_evictions() may still answer false when the push
+  // watch() pushes force-releases: an evicted holder learns of a force-release within about
+  // a second, not at its next renewal. watch() may still answer false when the push
   // channel cannot be set up at the time (the store is unreachable); holders then learn at
   // their next renewal.
   bool notifies_evictions = false;
@@ -146,8 +165,11 @@ class DLOCK_EXPORT Backend {
   // Longest key the store accepts; the core rejects longer keys with a clear error.
   virtual std::size_t max_key_bytes() const noexcept { return kMaxKeyBytes; }
 
-  // Acquire-or-report-holder, in one atomic step.
+  // One attempt, in one atomic step: Acquired, or Busy with the holder. Try-once calls.
   virtual AcquireResult acquire(const AcquireRequest& request) = 0;
+  // A waiting call's presence at the key (see Waiter). Opening one costs no round trip: its
+  // first attempt() is the call's first attempt.
+  virtual std::unique_ptr<Waiter> waiter(const AcquireRequest& request) = 0;
   // Extends a live lease to `ttl` from now. False when the lease is no longer ours.
   virtual bool renew(const LeaseRef& lease, std::chrono::milliseconds ttl) = 0;
   // Drops one hold. Returns the holds left (0: the key is free now), or nothing when the
@@ -164,23 +186,16 @@ class DLOCK_EXPORT Backend {
   // and acquire() by its owner is no re-entry.
   //  * Eviction::immediate: the key is free at once (a waiter is woken, as by a release).
   //  * Eviction::delayed: the holder stays recorded with its token and expiry, hold count 0 and
-  //    LockInfo::evicted; acquire() by anyone answers Held with that holder until the holder's
+  //    LockInfo::evicted; acquire() by anyone answers Busy with that holder until the holder's
   //    release() (same owner and token; answers nothing, as for any lease no longer ours) frees
   //    the key and wakes a waiter, or its lease runs out.
   virtual std::optional<LockInfo> force_release(std::string_view key, Eviction eviction) = 0;
-  // Optional push for evicted holders, so they stop within about a second rather than at their
-  // next renewal. A backend that can notify calls `evicted(key)` for every force-release of
-  // `key` by any client, from any thread but never inside another of its own calls, and
-  // returns true; the callback returns at once (the core schedules a check of its own leases
-  // of that key with inspect(), so a spurious call costs one round trip). Called once, before
-  // any lock is taken; a backend that cannot notify returns false. The callback may run until
-  // the backend is destroyed.
-  virtual bool watch_evictions(std::function<void(std::string_view key)> /*evicted*/) { return false; }
-
-  // The wake-up channel for waiters on `key` (and, for queue stores, behind `ticket`).
-  virtual std::unique_ptr<WakeChannel> wake_channel(std::string_view key, std::string_view ticket) = 0;
-  // Queue stores: remove a waiter's queue entry. Lease stores ignore it.
-  virtual void cancel(std::string_view /*key*/, std::string_view /*ticket*/) {}
+  // Called once, before any lock is taken: where to report what the store sees. The backend
+  // keeps `events` (and may call it) until it is destroyed. Returns whether force-releases are
+  // pushed (Events::evicted, within about a second); Capabilities::notifies_evictions says
+  // whether they can be, and false here means the push could not be set up now (the store is
+  // unreachable): evicted holders then learn at their next renewal.
+  virtual bool watch(std::shared_ptr<Events> /*events*/) { return false; }
 
   // The cheapest round trip the store offers (bench's `ping` workload).
   virtual void ping() = 0;

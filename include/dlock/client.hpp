@@ -113,8 +113,8 @@ class DLOCK_EXPORT Attempt {
   bool acquired() const noexcept { return lease_.has_value(); }
   // The lease; throws std::logic_error when the attempt failed.
   Lease& lease();
-  // Who held the key at the last try when the attempt failed (may be empty if the key
-  // was freed just as the deadline passed).
+  // Who held the key at the last try when the attempt failed; empty when it had no holder to
+  // name (freed just as the deadline passed, being handed to a waiter, no majority yet).
   const std::optional<LockInfo>& holder() const noexcept { return holder_; }
 
  private:

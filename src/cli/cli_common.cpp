@@ -155,7 +155,8 @@ std::string conflict_message(std::string_view key, const WaitOptions& wait, cons
                             ? fmt::format("'{}' is busy", key)
                             : fmt::format("gave up on '{}' after waiting {}", key,
                                           format_duration(wait.wait.value_or(std::chrono::milliseconds(0))));
-  if (attempt.holder()) message += ": " + describe_holder(*attempt.holder());
+  message += attempt.holder() ? ": " + describe_holder(*attempt.holder())
+                              : std::string(": it is changing hands (no holder to name yet)");
   return message;
 }
 

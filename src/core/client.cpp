@@ -45,19 +45,42 @@ std::string describe(const LockInfo& holder) {
 
 }  // namespace
 
+// Where the backend reports what it sees. Not a weak_ptr to the client: the backend's thread
+// must never end up owning, and so destroying, the client that owns the backend.
+class ClientState::Inbox final : public backend::Events {
+ public:
+  explicit Inbox(ClientState* client) : client_(client) {}
+  void detach() {
+    std::lock_guard lock(mutex_);
+    client_ = nullptr;
+  }
+  void evicted(std::string_view key) override {
+    std::lock_guard lock(mutex_);
+    if (client_) client_->check_eviction_soon(key);
+  }
+  void lost(const backend::LeaseRef& lease, std::string_view why) override {
+    std::lock_guard lock(mutex_);
+    if (client_) client_->lose_soon(lease.key, lease.owner, lease.token, std::string(why));
+  }
+  void all_lost(std::string_view why) override {
+    std::lock_guard lock(mutex_);
+    if (client_) client_->lose_soon({}, {}, 0, std::string(why));
+  }
+
+ private:
+  std::mutex mutex_;
+  ClientState* client_;
+};
+
 ClientState::ClientState(std::shared_ptr<backend::Backend> backend_, std::string url_, const ClientOptions& options)
     : backend(std::move(backend_)),
       id(random_client_id()),
       url(std::move(url_)),
-      owner_prefix(core::owner_prefix(options.name, core::host_name())) {
-  eviction_inbox_->client = this;
-}
+      owner_prefix(core::owner_prefix(options.name, core::host_name())),
+      inbox_(std::make_shared<Inbox>(this)) {}
 
 ClientState::~ClientState() {
-  {
-    std::lock_guard lock(eviction_inbox_->mutex);
-    eviction_inbox_->client = nullptr;
-  }
+  inbox_->detach();
   if (store_failing_.load()) return;
   try {
     activity.flush(*backend);
@@ -105,24 +128,7 @@ LockSpec ClientState::resolve(std::string_view key, const LockOptions& options) 
 Attempt ClientState::acquire_until(std::string_view key, const LockOptions& options,
                                    SteadyClock::time_point deadline) {
   const LockSpec spec = resolve(key, options);
-  std::unique_ptr<backend::WakeChannel> wake;
-  std::string ticket;
-  // A queue store's entry must not outlive a waiter that gives up or fails.
-  struct TicketGuard {
-    backend::Backend& backend;
-    std::string_view key;
-    std::string& ticket;
-    bool keep = false;
-    ~TicketGuard() {
-      if (keep || ticket.empty()) return;
-      try {
-        backend.cancel(key, ticket);
-      } catch (const std::exception& e) {
-        core::log(LogLevel::warning, "could not remove the queue entry for '" + std::string(key) + "': " + e.what());
-      }
-    }
-  } guard{*backend, key, ticket};
-
+  const backend::AcquireRequest request{key, spec.owner, spec.ttl};
   std::optional<LockInfo> holder;
   std::optional<SteadyClock::time_point> waiting_since;
   // Counts the call once it returns, however it returns.
@@ -136,49 +142,38 @@ Attempt ClientState::acquire_until(std::string_view key, const LockOptions& opti
       if (conflict || waiting_since) client.flush_activity_soon();
     }
   } count{*this, waiting_since};
+  // A call that cannot wait makes its one attempt without a waiter.
+  std::unique_ptr<backend::Waiter> waiter;
+  if (SteadyClock::now() < deadline) waiter = backend->waiter(request);
   for (;;) {
-    if (wake) wake->arm();
     const auto sent = SteadyClock::now();
-    auto result = backend->acquire({key, spec.owner, spec.ttl, ticket, wake.get()});
+    auto result = waiter ? waiter->attempt() : backend->acquire(request);
     if (auto* acquired = std::get_if<backend::Acquired>(&result)) {
-      guard.keep = true;
       if (acquired->hold_count == 1) {
         activity.acquired();
         flush_activity_soon();
       }
       return Attempt(make_lease(std::string(key), spec, *acquired, std::min(sent, acquired->sent.value_or(sent))));
     }
-    if (!waiting_since && !wake) count.conflict = true;
+    auto& busy = std::get<backend::Busy>(result);
+    if (!waiting_since) count.conflict = true;
+    holder = std::move(busy.holder);
     const auto now = SteadyClock::now();
-    auto wait_deadline = deadline;
-    if (auto* held = std::get_if<backend::Held>(&result)) {
-      holder = std::move(held->holder);
-      // Never sleep past the holder's lease: expiry sends no wake-up.
-      wait_deadline = std::min(deadline, now + holder->ttl_left + std::chrono::milliseconds(1));
-    } else {
-      auto& enqueued = std::get<backend::Enqueued>(result);
-      holder.reset();
-      if (ticket != enqueued.ticket) {
-        ticket = std::move(enqueued.ticket);
-        wake.reset();
-      }
-    }
-    if (now >= deadline) {
-      if (wake) wake->abandon();
-      return Attempt(std::move(holder));
-    }
-    if (!wake) {
-      wake = backend->wake_channel(key, ticket);
-      // Arm before the next attempt, so a release between the attempt and the wait is seen.
-      if (!wake->attempts_in_wait({key, spec.owner, spec.ttl, ticket})) continue;
-    }
-    if (!waiting_since) waiting_since = SteadyClock::now();
-    wake->wait_until(wait_deadline);
+    if (!waiter || now >= deadline) return Attempt(std::move(holder));
+    if (!waiting_since) waiting_since = now;
+    // Never sleep past the holder's lease: expiry rings no bell.
+    waiter->wait_until(std::min(deadline, now + busy.retry_within + std::chrono::milliseconds(1)));
   }
 }
 
-Lease ClientState::make_lease(std::string key, const LockSpec& spec,
+Lease ClientState::make_lease(std::string key, const LockSpec& asked,
                               const backend::Acquired& acquired, SteadyClock::time_point sent) {
+  LockSpec spec = asked;
+  if (acquired.lease && *acquired.lease < spec.ttl) {
+    // The store grants less than asked (a session's timeout): trust and renew by what it grants.
+    spec.ttl = *acquired.lease;
+    spec.margin = std::min(spec.margin, spec.ttl / 2);
+  }
   const auto valid_until = sent + spec.ttl - spec.margin;
   std::shared_ptr<LeaseState> state;
   {
@@ -307,13 +302,29 @@ void ClientState::mark_lost(LeaseState& state, LossReason reason, std::string me
   }
 }
 
-void ClientState::watch_evictions() {
-  // Not a weak_ptr: the backend's thread must never end up owning, and so destroying, the
-  // client that owns the backend.
-  backend->watch_evictions([inbox = eviction_inbox_](std::string_view key) {
-    std::lock_guard lock(inbox->mutex);
-    if (inbox->client) inbox->client->check_eviction_soon(key);
-  });
+void ClientState::watch() { backend->watch(inbox_); }
+
+// The store says these leases are gone (every lease, with an empty key): they are lost at
+// once, on the renewal thread, as a failed renewal would find.
+void ClientState::lose_soon(std::string_view key, std::string_view owner, std::uint64_t token, std::string why) {
+  std::vector<std::weak_ptr<LeaseState>> leases;
+  {
+    std::lock_guard lock(registry_mutex_);
+    for (const auto& [held, weak] : registry_) {
+      if (key.empty() || (held.first == key && held.second == owner)) leases.push_back(weak);
+    }
+  }
+  for (auto& weak : leases) {
+    renewals.schedule(SteadyClock::now(), [this, weak, token, why]() -> std::optional<SteadyClock::time_point> {
+      auto state = weak.lock();
+      if (state && (token == 0 || state->token == token)) {
+        mark_lost(*state, LossReason::not_owner,
+                  "the " + std::string(backend->name()) + " backend lost '" + state->key + "' (token " +
+                      std::to_string(state->token) + "): " + why);
+      }
+      return std::nullopt;
+    });
+  }
 }
 
 void ClientState::check_eviction_soon(std::string_view key) {
@@ -544,7 +555,7 @@ Client Client::open(std::string_view url, const ClientOptions& options) {
   }
   const auto parsed = core::Url::parse(chosen);
   auto state = std::make_shared<detail::ClientState>(backends::open_backend(parsed), parsed.redacted(), options);
-  state->watch_evictions();
+  state->watch();
   return Client(std::move(state));
 }
 
@@ -552,7 +563,7 @@ Client Client::with_backend(std::shared_ptr<backend::Backend> backend, const Cli
   if (!backend) throw InvalidArgument("Client::with_backend needs a backend");
   std::string url = std::string(backend->name()) + "://(custom)";
   auto state = std::make_shared<detail::ClientState>(std::move(backend), std::move(url), options);
-  state->watch_evictions();
+  state->watch();
   return Client(std::move(state));
 }
 

@@ -87,8 +87,8 @@ struct ClientState : std::enable_shared_from_this<ClientState> {
   void release(Lease& lease);
   void renew(LeaseState& state, std::chrono::milliseconds ttl);
   void drop_hold(const std::shared_ptr<LeaseState>& state);
-  // Subscribes to the backend's eviction notices (Backend::watch_evictions), once.
-  void watch_evictions();
+  // Tells the backend where to report what it sees (Backend::watch), once.
+  void watch();
   // Stops renewing and watching a lease that is finished or lost.
   void unschedule(LeaseState& state);
   // Marks the lease lost once and tells its callbacks and stop token.
@@ -104,18 +104,16 @@ struct ClientState : std::enable_shared_from_this<ClientState> {
   std::optional<SteadyClock::time_point> renew_due(const std::shared_ptr<LeaseState>& state);
   std::optional<SteadyClock::time_point> deadline_due(const std::shared_ptr<LeaseState>& state);
   void check_eviction_soon(std::string_view key);
+  void lose_soon(std::string_view key, std::string_view owner, std::uint64_t token, std::string why);
   void check_eviction(LeaseState& state);
 
   std::atomic<bool> flush_scheduled_{false};
   // The last renewal attempt failed: a final flush could only wait for a timeout.
   std::atomic<bool> store_failing_{false};
 
-  // Where the backend's eviction notices go while this client lives.
-  struct EvictionInbox {
-    std::mutex mutex;
-    ClientState* client = nullptr;
-  };
-  const std::shared_ptr<EvictionInbox> eviction_inbox_ = std::make_shared<EvictionInbox>();
+  // Where the backend's reports go while this client lives.
+  class Inbox;
+  const std::shared_ptr<Inbox> inbox_;
 
   std::mutex registry_mutex_;
   std::map<std::pair<std::string, std::string>, std::weak_ptr<LeaseState>> registry_;

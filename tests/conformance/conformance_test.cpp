@@ -523,7 +523,12 @@ TEST_P(Conformance, ForceReleaseDelayEndsWithTheHoldersRelease) {
 // answer; tools and the case below go by the capability.
 TEST_P(Conformance, EvictionWatchAnswersAsTheCapabilitySays) {
   const auto backend = open_backend();
-  EXPECT_EQ(backend->watch_evictions([](std::string_view) {}), backend->capabilities().notifies_evictions);
+  struct Ignore final : backend::Events {
+    void evicted(std::string_view) override {}
+    void lost(const backend::LeaseRef&, std::string_view) override {}
+    void all_lost(std::string_view) override {}
+  };
+  EXPECT_EQ(backend->watch(std::make_shared<Ignore>()), backend->capabilities().notifies_evictions);
 }
 
 // Where the store can notify, an evicted holder learns within about a second, long before its
@@ -638,7 +643,7 @@ TEST_P(Conformance, FencingMonotonic) {
     {
       Lease short_lease = client.acquire(k, {.ttl = 150ms});
       record(short_lease.token(), "a release (2)");
-      if (capabilities().frees_when_holder_dies) {
+      if (capabilities().lease_is_the_session) {
         // No lease to run out: the lock ends when it is taken from its connection.
         ASSERT_TRUE(admin.force_release(k, Eviction::immediate));
       }
@@ -677,7 +682,7 @@ TEST_P(Conformance, StaleReleaseCannotTouchNewerAcquisition) {
   const std::string owner = "stale-" + run_id();
   Lease old_lease = client.acquire(k, {.ttl = 200ms, .owner = owner});
   const std::uint64_t old_token = old_lease.token();
-  if (capabilities().frees_when_holder_dies) {
+  if (capabilities().lease_is_the_session) {
     ASSERT_TRUE(other.force_release(k, Eviction::immediate));  // no lease to run out
   }
   ASSERT_TRUE(eventually([&] { return !other.inspect(k); }, 5s)) << "the 200 ms lease never expired";
@@ -900,7 +905,7 @@ TEST_P(Conformance, WaitersEachWokenInTurn) {
   EXPECT_LT(ms(Clock::now() - start), 10000) << "ms: waiters waited for TTLs rather than wake-ups";
 }
 
-// Waiting sleeps on the wake channel; it does not poll the store.
+// Waiting sleeps on the store's wake-up; it does not poll the store.
 TEST_P(Conformance, WaitingDoesNotPoll) {
   Client holder = open();
   auto faulty = open_faulty();
@@ -912,7 +917,7 @@ TEST_P(Conformance, WaitingDoesNotPoll) {
   EXPECT_FALSE(client.try_acquire_for(k, 1s));
   EXPECT_LE(faults->acquire_calls(), 10u)
       << "a 1 s wait made " << faults->acquire_calls() << " acquire calls";
-  EXPECT_LE(faults->wake_channels(), 1u);
+  EXPECT_LE(faults->waiters(), 1u);
 }
 
 // ---- Admin ----

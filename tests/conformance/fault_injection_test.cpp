@@ -163,8 +163,8 @@ TEST_P(FaultInjection, FailedReleaseThrowsFromReleaseButNotFromDestructorOrUnloc
   }  // the destructor tries again, fails, and logs
   EXPECT_TRUE(LogCapture::contains({k})) << "the failed release was not logged";
   EXPECT_FALSE(other.try_acquire(k)) << "the key is free though no release reached the store";
-  if (capabilities().frees_when_holder_dies) {
-    // No lease to run out: the lock lasts as long as its holder's connection.
+  if (capabilities().lease_is_the_session) {
+    // No lease to run out: the lock lasts as long as its holder's connection or session.
     EXPECT_FALSE(other.try_acquire_for(k, 1s)) << "a lock bound to a live connection expired";
   } else {
     EXPECT_TRUE(other.try_acquire_for(k, 5s)) << "the unreleased key did not expire";

@@ -4,7 +4,7 @@
 //
 // It forwards every call to a real backend and, when told to, makes renewals fail as if the
 // store were unreachable, answer "not yours any more", or stall; makes releases fail; and
-// counts the calls the core makes (acquire round trips, wake-channel waits), so tests can
+// counts the calls the core makes (attempts, waiters and their waits), so tests can
 // check the core's loss, retry and "one round trip" rules without a network.
 //
 // Threads: every member is thread-safe; the knobs may be turned while the core runs (from the
@@ -46,16 +46,17 @@ class FaultBackend final : public backend::Backend {
   // Every renew() sleeps this long before reaching the store: a slow network or a stalled
   // server (the request hangs, then the store answers).
   void delay_renewals(milliseconds delay) noexcept { renew_delay_ms_.store(delay.count()); }
-  // Every acquire() sleeps this long before reaching the store.
+  // Every attempt (acquire() or a waiter's) sleeps this long before reaching the store.
   void delay_acquires(milliseconds delay) noexcept { acquire_delay_ms_.store(delay.count()); }
-  // Acquisitions report that their attempt was sent this long before acquire() was called, as
-  // a wake channel that takes the key inside its wait does.
+  // Acquisitions report that their attempt was sent this long before the attempt was made, as
+  // a waiter that takes the key inside its wait does.
   void backdate_acquisitions(milliseconds by) noexcept { backdate_ms_.store(by.count()); }
 
   // ---- what the core did ----
 
+  // Attempts: acquire() calls and waiters' attempt() calls.
   std::uint64_t acquire_calls() const noexcept { return acquire_calls_.load(); }
-  // When the latest acquire() call reached this decorator: no later than the store saw it,
+  // When the latest attempt reached this decorator: no later than the store saw it,
   // no earlier than the core took its "sent" time.
   std::chrono::steady_clock::time_point last_acquire_started() const noexcept {
     return std::chrono::steady_clock::time_point(std::chrono::steady_clock::duration(last_acquire_.load()));
@@ -64,15 +65,15 @@ class FaultBackend final : public backend::Backend {
   // Renewals that reached the store and succeeded.
   std::uint64_t renewals_ok() const noexcept { return renewals_ok_.load(); }
   std::uint64_t release_calls() const noexcept { return release_calls_.load(); }
-  std::uint64_t wake_channels() const noexcept { return wake_channels_.load(); }
-  // WakeChannel::wait_until calls: how often a waiter went to sleep.
+  std::uint64_t waiters() const noexcept { return waiters_.load(); }
+  // Waiter::wait_until calls: how often a waiter went to sleep.
   std::uint64_t waits() const noexcept { return waits_->load(); }
   void reset_counts() noexcept {
     acquire_calls_ = 0;
     renew_calls_ = 0;
     renewals_ok_ = 0;
     release_calls_ = 0;
-    wake_channels_ = 0;
+    waiters_ = 0;
     waits_->store(0);
   }
 
@@ -85,17 +86,12 @@ class FaultBackend final : public backend::Backend {
   backend::Capabilities capabilities() const noexcept override { return inner_->capabilities(); }
 
   backend::AcquireResult acquire(const backend::AcquireRequest& request) override {
-    ++acquire_calls_;
-    last_acquire_.store(std::chrono::steady_clock::now().time_since_epoch().count());
-    sleep_ms(acquire_delay_ms_.load());
-    // The inner backend gets its own channel back: it may carry the attempt (MySQL's does).
-    backend::AcquireRequest forwarded = request;
-    if (auto* counting = dynamic_cast<CountingWakeChannel*>(request.wake)) forwarded.wake = counting->inner();
-    auto result = inner_->acquire(forwarded);
-    if (auto* acquired = std::get_if<backend::Acquired>(&result); acquired && backdate_ms_.load() > 0) {
-      acquired->sent = last_acquire_started() - milliseconds(backdate_ms_.load());
-    }
-    return result;
+    return attempted([&] { return inner_->acquire(request); });
+  }
+
+  std::unique_ptr<backend::Waiter> waiter(const backend::AcquireRequest& request) override {
+    ++waiters_;
+    return std::make_unique<CountingWaiter>(*this, inner_->waiter(request));
   }
 
   bool renew(const backend::LeaseRef& lease, milliseconds ttl) override {
@@ -124,37 +120,39 @@ class FaultBackend final : public backend::Backend {
   std::optional<LockInfo> force_release(std::string_view key, Eviction eviction) override {
     return inner_->force_release(key, eviction);
   }
-  bool watch_evictions(std::function<void(std::string_view)> evicted) override {
-    return inner_->watch_evictions(std::move(evicted));
-  }
-
-  std::unique_ptr<backend::WakeChannel> wake_channel(std::string_view key, std::string_view ticket) override {
-    ++wake_channels_;
-    return std::make_unique<CountingWakeChannel>(inner_->wake_channel(key, ticket), waits_);
-  }
-  void cancel(std::string_view key, std::string_view ticket) override { inner_->cancel(key, ticket); }
+  bool watch(std::shared_ptr<backend::Events> events) override { return inner_->watch(std::move(events)); }
   void ping() override { inner_->ping(); }
   std::size_t collect_idle() override { return inner_->collect_idle(); }
 
  private:
-  class CountingWakeChannel final : public backend::WakeChannel {
+  // Counts and delays an attempt, and backdates what it took when told to.
+  template <class Attempt>
+  backend::AcquireResult attempted(Attempt&& attempt) {
+    ++acquire_calls_;
+    last_acquire_.store(std::chrono::steady_clock::now().time_since_epoch().count());
+    sleep_ms(acquire_delay_ms_.load());
+    auto result = attempt();
+    if (auto* acquired = std::get_if<backend::Acquired>(&result); acquired && backdate_ms_.load() > 0) {
+      acquired->sent = last_acquire_started() - milliseconds(backdate_ms_.load());
+    }
+    return result;
+  }
+
+  class CountingWaiter final : public backend::Waiter {
    public:
-    CountingWakeChannel(std::unique_ptr<backend::WakeChannel> inner,
-                        std::shared_ptr<std::atomic<std::uint64_t>> waits)
-        : inner_(std::move(inner)), waits_(std::move(waits)) {}
-    void arm() override { inner_->arm(); }
-    bool attempts_in_wait(const backend::AcquireRequest& request) override {
-      return inner_->attempts_in_wait(request);
+    CountingWaiter(FaultBackend& faults, std::unique_ptr<backend::Waiter> inner)
+        : faults_(faults), inner_(std::move(inner)), waits_(faults.waits_) {}
+    backend::AcquireResult attempt() override {
+      return faults_.attempted([&] { return inner_->attempt(); });
     }
-    bool wait_until(std::chrono::steady_clock::time_point deadline) override {
+    void wait_until(std::chrono::steady_clock::time_point deadline) override {
       ++*waits_;
-      return inner_->wait_until(deadline);
+      inner_->wait_until(deadline);
     }
-    void abandon() noexcept override { inner_->abandon(); }
-    backend::WakeChannel* inner() const noexcept { return inner_.get(); }
 
    private:
-    std::unique_ptr<backend::WakeChannel> inner_;
+    FaultBackend& faults_;
+    std::unique_ptr<backend::Waiter> inner_;
     std::shared_ptr<std::atomic<std::uint64_t>> waits_;
   };
 
@@ -182,8 +180,8 @@ class FaultBackend final : public backend::Backend {
   std::atomic<std::uint64_t> renew_calls_{0};
   std::atomic<std::uint64_t> renewals_ok_{0};
   std::atomic<std::uint64_t> release_calls_{0};
-  std::atomic<std::uint64_t> wake_channels_{0};
-  // Shared with the channels, which may outlive a reset or be destroyed on another thread.
+  std::atomic<std::uint64_t> waiters_{0};
+  // Shared with the waiters, which may outlive a reset or be destroyed on another thread.
   std::shared_ptr<std::atomic<std::uint64_t>> waits_ = std::make_shared<std::atomic<std::uint64_t>>(0);
 };
 

@@ -8,6 +8,7 @@
 #include <string>
 #include <vector>
 
+#include "backends/bell_waiter.hpp"
 #include "dlock/errors.hpp"
 
 namespace dlock::backends {
@@ -36,8 +37,8 @@ struct Store {
   std::map<std::string, std::weak_ptr<WakeSlot>, std::less<>> slots;
   std::uint64_t last_token = 0;
   Activity activity;
-  // Every backend's Backend::watch_evictions callback, by backend.
-  std::map<const void*, std::function<void(std::string_view)>> eviction_watchers;
+  // Every backend's Backend::watch events, by backend.
+  std::map<const void*, std::shared_ptr<backend::Events>> watchers;
 
   bool live(const Entry& e, Clock::time_point now) const { return (e.holds > 0 || e.evicted) && e.expires > now; }
 
@@ -61,9 +62,9 @@ struct Store {
   }
 };
 
-class LocalWakeChannel final : public backend::WakeChannel {
+class LocalBell final : public Bell {
  public:
-  LocalWakeChannel(std::shared_ptr<Store> store, std::shared_ptr<WakeSlot> slot)
+  LocalBell(std::shared_ptr<Store> store, std::shared_ptr<WakeSlot> slot)
       : store_(std::move(store)), slot_(std::move(slot)) {}
 
   void arm() override {
@@ -95,7 +96,7 @@ class LocalBackend final : public backend::Backend {
   explicit LocalBackend(std::shared_ptr<Store> store) : store_(std::move(store)) {}
   ~LocalBackend() override {
     std::lock_guard lock(store_->mutex);
-    store_->eviction_watchers.erase(this);
+    store_->watchers.erase(this);
   }
   LocalBackend(const LocalBackend&) = delete;
   LocalBackend& operator=(const LocalBackend&) = delete;
@@ -120,7 +121,7 @@ class LocalBackend final : public backend::Backend {
       e.expires = std::max(e.expires, now + r.ttl);
       return backend::Acquired{e.token, e.holds};
     }
-    return backend::Held{store_->info(it->first, e, now)};
+    return backend::Busy{store_->info(it->first, e, now), std::chrono::ceil<std::chrono::milliseconds>(e.expires - now)};
   }
 
   bool renew(const backend::LeaseRef& lease, std::chrono::milliseconds ttl) override {
@@ -179,7 +180,7 @@ class LocalBackend final : public backend::Backend {
   }
 
   std::optional<LockInfo> force_release(std::string_view key, Eviction eviction) override {
-    std::vector<std::function<void(std::string_view)>> watchers;
+    std::vector<std::shared_ptr<backend::Events>> watchers;
     std::optional<LockInfo> released;
     {
       std::lock_guard lock(store_->mutex);
@@ -196,19 +197,23 @@ class LocalBackend final : public backend::Backend {
         e.owner.clear();
         store_->ring(key);
       }
-      for (const auto& [backend, watcher] : store_->eviction_watchers) watchers.push_back(watcher);
+      for (const auto& [backend, events] : store_->watchers) watchers.push_back(events);
     }
-    for (const auto& watcher : watchers) watcher(key);
+    for (const auto& events : watchers) events->evicted(key);
     return released;
   }
 
-  bool watch_evictions(std::function<void(std::string_view)> evicted) override {
+  bool watch(std::shared_ptr<backend::Events> events) override {
     std::lock_guard lock(store_->mutex);
-    store_->eviction_watchers[this] = std::move(evicted);
+    store_->watchers[this] = std::move(events);
     return true;
   }
 
-  std::unique_ptr<backend::WakeChannel> wake_channel(std::string_view key, std::string_view) override {
+  std::unique_ptr<backend::Waiter> waiter(const backend::AcquireRequest& request) override {
+    return std::make_unique<BellWaiter>(*this, request, bell(request.key));
+  }
+
+  std::unique_ptr<Bell> bell(std::string_view key) {
     std::lock_guard lock(store_->mutex);
     auto& weak = store_->slots[std::string(key)];
     auto slot = weak.lock();
@@ -216,7 +221,7 @@ class LocalBackend final : public backend::Backend {
       slot = std::make_shared<WakeSlot>();
       weak = slot;
     }
-    return std::make_unique<LocalWakeChannel>(store_, std::move(slot));
+    return std::make_unique<LocalBell>(store_, std::move(slot));
   }
 
   void ping() override { std::lock_guard lock(store_->mutex); }

@@ -93,8 +93,8 @@ std::string ModeBackend::bell_name(std::string_view key) const {
   return std::string("dlock:") + hex;
 }
 
-std::unique_ptr<backend::WakeChannel> ModeBackend::wake_channel(std::string_view key, std::string_view) {
-  return std::make_unique<DoorbellChannel>(*this, std::string(key));
+std::unique_ptr<backend::Waiter> ModeBackend::waiter(const backend::AcquireRequest& request) {
+  return std::make_unique<DoorbellChannel>(*this, request);
 }
 
 void ModeBackend::add_activity(const Activity& delta) {
@@ -162,9 +162,10 @@ Pool::Lease ModeBackend::take_for(std::string_view key, std::string_view owner, 
   }
 }
 
-ModeBackend::Attempt ModeBackend::attempt_for(const backend::AcquireRequest& request, bool unpinned) {
+ModeBackend::Attempt ModeBackend::attempt_for(const backend::AcquireRequest& request, DoorbellChannel* channel,
+                                              bool unpinned) {
   Attempt attempt;
-  attempt.channel = dynamic_cast<DoorbellChannel*>(request.wake);
+  attempt.channel = channel;
   if (attempt.channel) {
     attempt.connection = &attempt.channel->connection();
     return attempt;
@@ -323,15 +324,18 @@ void ModeBackend::ensure_lock_table(Connection& connection) {
   }
 }
 
-DoorbellChannel::DoorbellChannel(ModeBackend& backend, std::string key, std::unique_ptr<Takeover> takeover)
-    : backend_(backend), key_(std::move(key)), bell_(backend.bell_name(key_)), takeover_(std::move(takeover)) {
-  connection_.emplace(backend_.take_unpinned());
-  sessions_ = std::to_string((*connection_)->id());
-}
+DoorbellChannel::DoorbellChannel(ModeBackend& backend, const backend::AcquireRequest& request,
+                                 std::unique_ptr<Takeover> takeover)
+    : backend_(backend),
+      key_(request.key),
+      bell_(backend.bell_name(key_)),
+      takeover_(std::move(takeover)),
+      owner_(request.owner),
+      ttl_(request.ttl) {}
 
 DoorbellChannel::~DoorbellChannel() {
   drop();
-  if (takeover_ && !owner_.empty()) takeover_->finish(**connection_, owner_, sessions_, acquired_);
+  if (takeover_ && connection_) takeover_->finish(**connection_, owner_, sessions_, acquired_);
   if (!taken_) return;
   // The waiting call ended without the attempt that would have claimed the key: free it.
   try {
@@ -341,18 +345,19 @@ DoorbellChannel::~DoorbellChannel() {
   }
 }
 
-bool DoorbellChannel::attempts_in_wait(const backend::AcquireRequest& request) {
-  if (!takeover_) return false;
-  owner_ = request.owner;
-  ttl_ = request.ttl;
-  return true;
+backend::AcquireResult DoorbellChannel::attempt() {
+  return backend_.attempt({key_, owner_, ttl_}, connection_ ? this : nullptr);
 }
 
-bool DoorbellChannel::wait_until(std::chrono::steady_clock::time_point deadline) {
+void DoorbellChannel::wait_until(std::chrono::steady_clock::time_point deadline) {
+  if (!connection_) {
+    connection_.emplace(backend_.take_unpinned());
+    sessions_ = std::to_string((*connection_)->id());
+  }
   const bool guarding = std::exchange(guarding_, false);
   if (!guarding) drop();  // a doorbell left from an attempt that failed
   const auto now = std::chrono::steady_clock::now();
-  if (now >= deadline) return false;
+  if (now >= deadline) return;
   // The wait must end before the connection's read timeout would cut it.
   const auto cap = backend_.settings().connect.read_timeout - std::chrono::seconds(1);
   const auto left = std::min(std::chrono::duration_cast<std::chrono::microseconds>(deadline - now),
@@ -362,25 +367,24 @@ bool DoorbellChannel::wait_until(std::chrono::steady_clock::time_point deadline)
     // evicted lease runs out (the holder's lease end bounds `deadline`).
     backoff_ = std::clamp(backoff_ * 2, std::chrono::milliseconds(1), std::chrono::milliseconds(250));
     std::this_thread::sleep_for(std::min<std::chrono::microseconds>(backoff_, left));
-    return false;
+    return;
   }
   if (backoff_.count() > 0) {
     // The doorbell was free while the key was held (its holder has no session ringing it):
     // back off instead of spinning, up to the holder's lease end that bounds `deadline`.
     std::this_thread::sleep_for(std::min<std::chrono::microseconds>(backoff_, left));
   }
-  const bool takes_over = takeover_ && !owner_.empty();
   const auto start = std::chrono::steady_clock::now();
   bool rang = false;
   try {
-    if (takes_over) {
+    if (takeover_) {
       Takeover::Outcome outcome = takeover_->wait(**connection_, owner_, ttl_, left);
       holds_bell_ = outcome.rang;
       if (outcome.acquired) {
         taken_ = std::move(outcome.acquired);
         holds_bell_ = false;  // it went to the new lock
         backoff_ = std::chrono::milliseconds(0);
-        return true;
+        return;
       }
       rang = outcome.rang;
     } else {
@@ -393,18 +397,17 @@ bool DoorbellChannel::wait_until(std::chrono::steady_clock::time_point deadline)
     // The server ended this session (KILL, restart): nothing is held. Or a lock wait gave up,
     // the statement rolled back, and a takeover's bell may be held. Wake spuriously; the next
     // attempt runs on a new connection, or returns the bell.
-    holds_bell_ = takes_over && !e.connection_broken;
+    holds_bell_ = takeover_ && !e.connection_broken;
     if (e.connection_broken) reconnect();
-    return false;
+    return;
   }
-  if (!rang) return false;
+  if (!rang) return;
   if (std::chrono::steady_clock::now() - start < std::chrono::milliseconds(1)) {
     // Rang at once yet the key is held: its holder took it without the bell.
     backoff_ = std::clamp(backoff_ * 2, std::chrono::milliseconds(1), std::chrono::milliseconds(250));
   } else {
     backoff_ = std::chrono::milliseconds(0);
   }
-  return true;
 }
 
 void DoorbellChannel::reconnect() {

@@ -70,7 +70,11 @@ class ModeBackend : public backend::Backend {
   explicit ModeBackend(Settings settings) : settings_(std::move(settings)), pool_(settings_.connect) {}
 
   std::string_view name() const noexcept override { return kName; }
-  std::unique_ptr<backend::WakeChannel> wake_channel(std::string_view key, std::string_view ticket) override;
+  backend::AcquireResult acquire(const backend::AcquireRequest& request) final { return attempt(request, nullptr); }
+  std::unique_ptr<backend::Waiter> waiter(const backend::AcquireRequest& request) override;
+  // One attempt, through a waiting call's doorbell channel once it has its own session (the
+  // mode makes the attempt there, where the bell is), or else on a pooled connection.
+  virtual backend::AcquireResult attempt(const backend::AcquireRequest& request, DoorbellChannel* channel) = 0;
   void ping() override;
   // Lease and session modes keep the totals in the lock table's `<table>_activity`; row mode
   // creates nothing, so it keeps none.
@@ -118,7 +122,7 @@ class ModeBackend : public backend::Backend {
     std::optional<Pool::Lease> own;
     Connection* connection = nullptr;
   };
-  Attempt attempt_for(const backend::AcquireRequest& request, bool unpinned);
+  Attempt attempt_for(const backend::AcquireRequest& request, DoorbellChannel* channel, bool unpinned);
   // The serial remembered for the owner's acquisition of the key (with a token: that one's).
   std::optional<std::uint64_t> remembered(std::string_view key, std::string_view owner,
                                           std::optional<std::uint64_t> token = {});
@@ -203,13 +207,14 @@ class Takeover {
                       bool acquired) noexcept = 0;
 };
 
-class DoorbellChannel final : public backend::WakeChannel {
+class DoorbellChannel final : public backend::Waiter {
  public:
-  DoorbellChannel(ModeBackend& backend, std::string key, std::unique_ptr<Takeover> takeover = {});
+  DoorbellChannel(ModeBackend& backend, const backend::AcquireRequest& request, std::unique_ptr<Takeover> takeover = {});
   ~DoorbellChannel() override;
 
-  void arm() override {}
-  bool attempts_in_wait(const backend::AcquireRequest& request) override;
+  // Through this channel once it has a session of its own (from its first wait on): its first
+  // attempt is a plain one, which costs no extra connection when the key is free.
+  backend::AcquireResult attempt() override;
   // An attempt through this channel holds the bell, yet found the key closed to newcomers (an
   // evicted holder whose session ended, so its bell was free): the channel keeps the bell, so
   // that the other waiters sleep on it, and its next wait only pauses before looking again.
@@ -217,8 +222,7 @@ class DoorbellChannel final : public backend::WakeChannel {
     holds_bell_ = true;
     guarding_ = true;
   }
-  bool wait_until(std::chrono::steady_clock::time_point deadline) override;
-  void abandon() noexcept override { drop(); }
+  void wait_until(std::chrono::steady_clock::time_point deadline) override;
 
   Connection& connection() { return **connection_; }
   // The server ended this channel's session (KILL, restart): whatever it held is gone; the
@@ -252,8 +256,8 @@ class DoorbellChannel final : public backend::WakeChannel {
   bool holds_bell_ = false;
   bool guarding_ = false;  // see guard_bell()
   std::chrono::milliseconds backoff_{0};
-  std::string owner_;  // of the waiting call, when the takeover attempts for it
-  std::chrono::milliseconds ttl_{0};
+  const std::string owner_;  // of the waiting call
+  const std::chrono::milliseconds ttl_;
   std::optional<backend::Acquired> taken_;
   bool acquired_ = false;  // the waiting call got the key through this channel
 };

@@ -256,8 +256,8 @@ class LeaseBackend final : public ModeBackend {
             .keeps_activity = true};
   }
 
-  backend::AcquireResult acquire(const backend::AcquireRequest& request) override {
-    Attempt attempt = attempt_for(request, false);
+  backend::AcquireResult attempt(const backend::AcquireRequest& request, DoorbellChannel* through) override {
+    Attempt attempt = attempt_for(request, through, false);
     DoorbellChannel* channel = attempt.channel;
     if (!channel) return attempt_on(*attempt.connection, request, nullptr);
     if (auto taken = channel->claim()) return *taken;
@@ -273,9 +273,9 @@ class LeaseBackend final : public ModeBackend {
     return attempt_on(channel->connection(), request, channel);
   }
 
-  std::unique_ptr<backend::WakeChannel> wake_channel(std::string_view key, std::string_view) override {
-    return std::make_unique<DoorbellChannel>(*this, std::string(key),
-                                             std::make_unique<HeirTakeover>(*this, sql_, std::string(key)));
+  std::unique_ptr<backend::Waiter> waiter(const backend::AcquireRequest& request) override {
+    return std::make_unique<DoorbellChannel>(*this, request,
+                                             std::make_unique<HeirTakeover>(*this, sql_, std::string(request.key)));
   }
 
   bool renew(const backend::LeaseRef& lease, std::chrono::milliseconds ttl) override {
@@ -364,13 +364,10 @@ class LeaseBackend final : public ModeBackend {
     if (rows.empty()) throw BackendError("acquire of '" + std::string(request.key) + "' found no row", kName);
     const Row& row = rows[0];
     LockInfo holder = info(std::string(request.key), row, 0);
-    if (holder.owner.empty()) {
-      // Free, but a woken waiter holds the doorbell and is taking it over right now.
-      holder.owner = "(being handed to a waiting client)";
-      holder.ttl_left = kHandoffRecheck;
-      holder.held_for.reset();
-    }
-    return backend::Held{std::move(holder)};
+    // Free, but a woken waiter holds the doorbell and is taking it over right now.
+    if (holder.owner.empty()) return backend::Busy{std::nullopt, kHandoffRecheck};
+    const auto left = holder.ttl_left;
+    return backend::Busy{std::move(holder), left};
   }
 
   // The acquisition an acquire statement made, if any, read from its affected rows.

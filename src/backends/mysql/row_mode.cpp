@@ -125,14 +125,14 @@ class RowBackend final : public ModeBackend {
     return {.spans_processes = true, .holds_outlive_the_client = true};
   }
 
-  backend::AcquireResult acquire(const backend::AcquireRequest& request) override {
+  backend::AcquireResult attempt(const backend::AcquireRequest& request, DoorbellChannel* through) override {
     check_key(request.key);
     if (request.owner.size() > facts_.owner_max) {
       throw InvalidArgument("owner '" + std::string(request.owner) + "' is " + std::to_string(request.owner.size()) +
                             " bytes, but column `" + settings_.columns.owner + "` of table '" + settings_.table +
                             "' holds " + std::to_string(facts_.owner_max) + "; widen the column or use a shorter owner");
     }
-    Attempt attempt = attempt_for(request, false);
+    Attempt attempt = attempt_for(request, through, false);
     DoorbellChannel* channel = attempt.channel;
     if (!channel) return attempt_on(*attempt.connection, request, nullptr);
     try {
@@ -145,7 +145,7 @@ class RowBackend final : public ModeBackend {
     // be the lost attempt's, or another call's of the same owner, which the row cannot tell.
     channel->reconnect();
     auto result = attempt_on(channel->connection(), request, channel);
-    if (const auto* held = std::get_if<backend::Held>(&result); held && held->holder.owner == request.owner) {
+    if (const auto* busy = std::get_if<backend::Busy>(&result); busy && busy->holder && busy->holder->owner == request.owner) {
       throw OutcomeUnknownError("the connection to " + settings_.connect.redacted_url +
                                     " broke before the answer came, and the row is now this owner's: the lost attempt"
                                     " may have taken it (inspect gives the token to release it with; it frees when"
@@ -234,12 +234,10 @@ class RowBackend final : public ModeBackend {
                             settings_.columns.id + "` = '" + std::string(request.key) + "'; insert it first");
     }
     LockInfo holder = info(std::string(request.key), rows[0], 0);
-    if (holder.owner.empty() || holder.ttl_left.count() == 0) {
-      // Freed between the two statements: try again at once.
-      holder.owner = "(released just now)";
-      holder.ttl_left = std::chrono::milliseconds(1);
-    }
-    return backend::Held{std::move(holder)};
+    // Freed between the two statements: try again at once.
+    if (holder.owner.empty() || holder.ttl_left.count() == 0) return backend::Busy{std::nullopt, std::chrono::milliseconds(1)};
+    const auto left = holder.ttl_left;
+    return backend::Busy{std::move(holder), left};
   }
 
   // Why `key` is not a row's id of its own, for keys the id column would take for another's

@@ -137,15 +137,16 @@ class SessionBackend final : public ModeBackend {
   backend::Capabilities capabilities() const noexcept override {
     return {.spans_processes = true,
             .frees_when_holder_dies = true,
+            .lease_is_the_session = true,
             .records_acquisition_time = true,
             .keeps_activity = true};
   }
 
-  backend::AcquireResult acquire(const backend::AcquireRequest& request) override {
+  backend::AcquireResult attempt(const backend::AcquireRequest& request, DoorbellChannel* channel) override {
     const std::string bell = bell_name(request.key);
     // A new lock gets a connection of its own: ending that connection (force-release) must
     // not end other locks.
-    Attempt attempt = attempt_for(request, true);
+    Attempt attempt = attempt_for(request, channel, true);
     Connection* connection = attempt.connection;
     const std::int64_t known = remembered(request.key, request.owner) == connection->serial() ? 1 : 0;
     const std::int64_t ttl = ttl_us(request.ttl);
@@ -187,19 +188,20 @@ class SessionBackend final : public ModeBackend {
           drop_bell(*connection, bell);
         }
       }
-      return backend::Held{info(std::string(request.key), rows[0], 0)};
+      LockInfo holder = info(std::string(request.key), rows[0], 0);
+      const auto left = holder.ttl_left;
+      return backend::Busy{std::move(holder), left};
     }
     if (!live) {
       // Its holder has the lock but has not written the row yet (a woken waiter taking over).
-      return backend::Held{LockInfo{std::string(request.key), "(being handed to a waiting client)", 0, 1, kHandoffRecheck}};
+      return backend::Busy{std::nullopt, kHandoffRecheck};
     }
     LockInfo holder = info(std::string(request.key), rows[0], 0);
     if (holder.evicted) {
       // Evicted, its lease over, and its connection still holds the lock: end it. Waiters get
       // the lock from the server once the session is gone.
       kill_session(*connection, request.key, to_u64(rows[0][8]));
-      holder.ttl_left = kHandoffRecheck;
-      return backend::Held{std::move(holder)};
+      return backend::Busy{std::move(holder), kHandoffRecheck};
     }
     if (holder.owner == request.owner) {
       const auto token = static_cast<std::int64_t>(holder.token);
@@ -208,7 +210,8 @@ class SessionBackend final : public ModeBackend {
       });
       if (again.affected == 1) return backend::Acquired{holder.token, static_cast<std::uint32_t>(again.insert_id)};
     }
-    return backend::Held{std::move(holder)};
+    const auto left = holder.ttl_left;
+    return backend::Busy{std::move(holder), left};
   }
 
   bool renew(const backend::LeaseRef& lease, std::chrono::milliseconds ttl) override {

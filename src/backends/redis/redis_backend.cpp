@@ -12,6 +12,7 @@
 #include <cstdio>
 #include <functional>
 #include <thread>
+#include <utility>
 
 #include "backends/redis/connection.hpp"
 #include "backends/redis/keys.hpp"
@@ -105,14 +106,15 @@ class RedisBackend final : public backend::Backend {
                      reply->element[4]);
   }
 
-  bool watch_evictions(std::function<void(std::string_view)> evicted) override {
-    auto subscriber = std::make_unique<Subscriber>(settings_.endpoint, store_.evicted, std::move(evicted));
+  bool watch(std::shared_ptr<backend::Events> events) override {
+    auto subscriber = std::make_unique<Subscriber>(settings_.endpoint, store_.evicted,
+                                                   [events = std::move(events)](std::string_view key) { events->evicted(key); });
     if (!subscriber->accepted()) return false;
     subscriber_ = std::move(subscriber);
     return true;
   }
 
-  std::unique_ptr<backend::WakeChannel> wake_channel(std::string_view key, std::string_view ticket) override;
+  std::unique_ptr<backend::Waiter> waiter(const backend::AcquireRequest& request) override;
 
   void ping() override {
     auto connection = take({});
@@ -196,25 +198,22 @@ class RedisBackend final : public backend::Backend {
   std::unique_ptr<Subscriber> subscriber_;  // force-release notices, once watched
 };
 
-// A waiting call's place in the key's queue, on a connection of its own. Its attempts (the
-// acquire() calls the core makes through it) add it to the queue or refresh its entry; between
-// them it blocks in BLPOP on its box, where a release hands it the key.
-class WaitChannel final : public backend::WakeChannel {
+// A waiting call's place in the key's queue, on a connection of its own. Its first attempt is
+// a plain one; the later ones add it to the queue or refresh its entry, and between them it
+// blocks in BLPOP on its box, where a release hands it the key.
+class WaitChannel final : public backend::Waiter {
  public:
-  WaitChannel(RedisBackend& backend, std::string_view key)
-      : backend_(backend), keys_(backend.lock_keys(key)), key_(key), id_(backend.new_waiter_id()),
-        box_(keys_.box(id_)), connection_(backend.take(key)) {
+  WaitChannel(RedisBackend& backend, const backend::AcquireRequest& request)
+      : backend_(backend), keys_(backend.lock_keys(request.key)), key_(request.key), id_(backend.new_waiter_id()),
+        box_(keys_.box(id_)), owner_(request.owner), ttl_(request.ttl), ttl_ms_(std::to_string(request.ttl.count())) {
     keys_.key = key_;
   }
   ~WaitChannel() override { leave(); }
   WaitChannel(const WaitChannel&) = delete;
   WaitChannel& operator=(const WaitChannel&) = delete;
 
-  void arm() override {}
-  bool wait_until(Clock::time_point deadline) override;
-  void abandon() noexcept override { leave(); }
-
-  backend::AcquireResult attempt(const backend::AcquireRequest& request);
+  backend::AcquireResult attempt() override;
+  void wait_until(Clock::time_point deadline) override { (void)wait(deadline); }
 
  private:
   Connection& connection() {
@@ -239,6 +238,8 @@ class WaitChannel final : public backend::WakeChannel {
     taken_ = backend::Acquired{token, 1, handed_at(handoff_us)};
     queued_ = false;
   }
+  // True when handed the key.
+  bool wait(Clock::time_point deadline);
   void leave() noexcept;
 
   RedisBackend& backend_;
@@ -246,8 +247,11 @@ class WaitChannel final : public backend::WakeChannel {
   std::string key_;
   std::string id_;
   std::string box_;
-  std::optional<Pool::Lease> connection_;
-  std::string owner_, ttl_ms_;  // of the waiting call
+  std::optional<Pool::Lease> connection_;  // taken by the first queued attempt
+  const std::string owner_;
+  const std::chrono::milliseconds ttl_;
+  const std::string ttl_ms_;
+  bool first_ = true;
   bool queued_ = false;          // the server may hold an entry (or an unclaimed handoff) for this waiter
   std::optional<backend::Acquired> taken_;
   // The last look that found this waiter queued: when it was sent, and the server's clock then.
@@ -257,24 +261,25 @@ class WaitChannel final : public backend::WakeChannel {
 };
 
 backend::AcquireResult RedisBackend::acquire(const backend::AcquireRequest& request) {
-  if (auto* channel = dynamic_cast<WaitChannel*>(request.wake)) return channel->attempt(request);
   const LockKeys keys = lock_keys(request.key);
   const std::string ttl_ms = std::to_string(request.ttl.count());
   auto connection = take(request.key);
   const Reply reply = run(*connection, kAcquire, keys.all(), acquire_args(request, ttl_ms, ""), request.key);
   const auto& e = reply->element;
   if (integer(e[0]) == 1) return backend::Acquired{u64(e[1]), static_cast<std::uint32_t>(u64(e[2]))};
-  return backend::Held{lock_info(std::string(request.key), e[1], e[2], e[3], e[4], e[6])};
+  LockInfo holder = lock_info(std::string(request.key), e[1], e[2], e[3], e[4], e[6]);
+  const auto left = holder.ttl_left;
+  return backend::Busy{std::move(holder), left};
 }
 
-backend::AcquireResult WaitChannel::attempt(const backend::AcquireRequest& request) {
+backend::AcquireResult WaitChannel::attempt() {
+  const backend::AcquireRequest request{key_, owner_, ttl_};
+  if (std::exchange(first_, false)) return backend_.acquire(request);
   if (taken_) {
     auto acquired = *taken_;
     taken_.reset();
     return acquired;
   }
-  owner_ = request.owner;
-  ttl_ms_ = std::to_string(request.ttl.count());
   Connection& c = connection();
   const auto sent = Clock::now();
   queued_ = true;  // from here until an answer says otherwise
@@ -291,10 +296,11 @@ backend::AcquireResult WaitChannel::attempt(const backend::AcquireRequest& reque
   seen_server_us_ = integer(e[5]);
   LockInfo holder = lock_info(key_, e[1], e[2], e[3], e[4], e[6]);
   holder_until_ = sent + holder.ttl_left;
-  return backend::Held{std::move(holder)};
+  const auto left = holder.ttl_left;
+  return backend::Busy{std::move(holder), left};
 }
 
-bool WaitChannel::wait_until(Clock::time_point deadline) {
+bool WaitChannel::wait(Clock::time_point deadline) {
   if (!queued_) return false;
   try {
     for (;;) {
@@ -365,8 +371,8 @@ void WaitChannel::leave() noexcept {
   }
 }
 
-std::unique_ptr<backend::WakeChannel> RedisBackend::wake_channel(std::string_view key, std::string_view) {
-  return std::make_unique<WaitChannel>(*this, key);
+std::unique_ptr<backend::Waiter> RedisBackend::waiter(const backend::AcquireRequest& request) {
+  return std::make_unique<WaitChannel>(*this, request);
 }
 
 ListPage RedisBackend::list(std::string_view prefix, std::string_view after, std::size_t limit) {

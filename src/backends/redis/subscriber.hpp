@@ -3,7 +3,7 @@
 // Force-release notices from one Redis server: a connection of its own, SUBSCRIBEd to a channel,
 // read on a thread of its own that hands every message to a callback. The force-release scripts
 // PUBLISH the key they evicted (lua/common.lua, evict), so an evicted holder learns at once
-// instead of at its next renewal (Backend::watch_evictions).
+// instead of at its next renewal (Backend::watch).
 
 #include <chrono>
 #include <condition_variable>

@@ -29,6 +29,7 @@
 #include <random>
 #include <thread>
 
+#include "backends/bell_waiter.hpp"
 #include "backends/redis/connection.hpp"
 #include "backends/redis/keys.hpp"
 #include "backends/redis/lua_scripts.hpp"
@@ -137,7 +138,6 @@ struct Grant {
   std::uint32_t holds;
 };
 
-class BellChannel;
 
 class RedlockBackend final : public backend::Backend {
  public:
@@ -157,8 +157,8 @@ class RedlockBackend final : public backend::Backend {
   std::optional<LockInfo> inspect(std::string_view key) override;
   ListPage list(std::string_view prefix, std::string_view after, std::size_t limit) override;
   std::optional<LockInfo> force_release(std::string_view key, Eviction eviction) override;
-  bool watch_evictions(std::function<void(std::string_view)> evicted) override;
-  std::unique_ptr<backend::WakeChannel> wake_channel(std::string_view key, std::string_view ticket) override;
+  bool watch(std::shared_ptr<backend::Events> events) override;
+  std::unique_ptr<backend::Waiter> waiter(const backend::AcquireRequest& request) override;
   void ping() override;
   std::size_t collect_idle() override;
   void add_activity(const Activity& delta) override;
@@ -186,8 +186,8 @@ class RedlockBackend final : public backend::Backend {
   // The holder a majority of `seen` (one entry per server) agrees on, if any; with `any`, the
   // owner seen most when none has a majority.
   std::optional<LockInfo> agreed(const std::vector<LockInfo>& seen, bool any = false) const;
-  LockInfo contended(std::string_view key, const std::vector<LockInfo>& seen, std::size_t answered,
-                     milliseconds ttl) const;
+  // The answer to an attempt that found the key held on the servers that answered.
+  backend::Busy contended(const std::vector<LockInfo>& seen, std::size_t answered, milliseconds ttl) const;
   // Throws the error of a round that fell short of a majority: `reached` servers answered,
   // the others' errors are in `answers`.
   [[noreturn]] void no_majority(const std::vector<Answer>& answers, std::size_t reached, std::string_view key,
@@ -331,18 +331,20 @@ std::optional<LockInfo> RedlockBackend::agreed(const std::vector<LockInfo>& seen
   return info;
 }
 
-LockInfo RedlockBackend::contended(std::string_view key, const std::vector<LockInfo>& seen, std::size_t answered,
-                                   milliseconds ttl) const {
+backend::Busy RedlockBackend::contended(const std::vector<LockInfo>& seen, std::size_t answered, milliseconds ttl) const {
   // Every server that answered names the same holder, a majority: sleep until its release
   // rings or its lease ends. Otherwise the state is moving (a release or another acquisition
   // under way on some servers, or votes split): try again after a short random back-off.
   const bool one_holder =
       std::all_of(seen.begin(), seen.end(), [&](const LockInfo& i) { return i.owner == seen.front().owner; });
-  if (one_holder && seen.size() == answered && seen.size() >= quorum_) return *agreed(seen);
+  if (one_holder && seen.size() == answered && seen.size() >= quorum_) {
+    LockInfo holder = *agreed(seen);
+    const auto left = holder.ttl_left;
+    return {std::move(holder), left};
+  }
   auto holder = agreed(seen, true);
-  LockInfo info = holder.value_or(LockInfo{std::string(key), "(no majority yet: an acquisition or release is under way)"});
-  info.ttl_left = std::min(holder ? holder->ttl_left : milliseconds::max(), backoff(ttl));
-  return info;
+  const auto retry = std::min(holder ? holder->ttl_left : milliseconds::max(), backoff(ttl));
+  return {std::move(holder), retry};
 }
 
 backend::AcquireResult RedlockBackend::acquire(const backend::AcquireRequest& request) {
@@ -367,7 +369,7 @@ backend::AcquireResult RedlockBackend::acquire(const backend::AcquireRequest& re
   }
   undo(request, keys, grants);
   if (answered(answers) < quorum_) no_majority(answers, request.key, "cannot acquire");
-  return backend::Held{contended(request.key, others, answered(answers), request.ttl)};
+  return contended(others, answered(answers), request.ttl);
 }
 
 std::optional<backend::Acquired> RedlockBackend::settle(const backend::AcquireRequest& request, const Keys& keys,
@@ -495,7 +497,8 @@ std::optional<LockInfo> RedlockBackend::force_release(std::string_view key, Evic
   return agreed(seen, true);
 }
 
-bool RedlockBackend::watch_evictions(std::function<void(std::string_view)> evicted) {
+bool RedlockBackend::watch(std::shared_ptr<backend::Events> events) {
+  const auto evicted = [events = std::move(events)](std::string_view key) { events->evicted(key); };
   // Every server publishes its force-releases: a notice reaches the holder while any one of
   // them it subscribed to answers (a notice more than once costs a spurious check).
   for (const auto& server : servers_) {
@@ -616,13 +619,13 @@ std::optional<Activity> RedlockBackend::activity() {
 
 // A waiting call's registration on one server, on a connection of its own, and its BLPOP on
 // the key's bell there. Releases ring the bell on every server where a waiter is registered.
-class BellChannel final : public backend::WakeChannel {
+class ServerBell final : public Bell {
  public:
-  BellChannel(RedlockBackend& backend, std::string_view key)
+  ServerBell(RedlockBackend& backend, std::string_view key)
       : backend_(backend), keys_(backend.keys(key)), id_(backend.new_waiter_id()) {}
-  ~BellChannel() override { leave(false); }
-  BellChannel(const BellChannel&) = delete;
-  BellChannel& operator=(const BellChannel&) = delete;
+  ~ServerBell() override { leave(false); }
+  ServerBell(const ServerBell&) = delete;
+  ServerBell& operator=(const ServerBell&) = delete;
 
   // Registers before the attempt that follows, so a release after it rings for this waiter.
   void arm() override {
@@ -700,8 +703,8 @@ class BellChannel final : public backend::WakeChannel {
   bool woken_ = false;  // took a bell since the last attempt
 };
 
-std::unique_ptr<backend::WakeChannel> RedlockBackend::wake_channel(std::string_view key, std::string_view) {
-  return std::make_unique<BellChannel>(*this, key);
+std::unique_ptr<backend::Waiter> RedlockBackend::waiter(const backend::AcquireRequest& request) {
+  return std::make_unique<BellWaiter>(*this, request, std::make_unique<ServerBell>(*this, request.key));
 }
 
 // "host:port" or "[v6]:port" (port 6379 when absent).

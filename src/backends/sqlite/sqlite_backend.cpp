@@ -465,7 +465,9 @@ class SqliteBackend final : public backend::Backend {
       if (query.text(0) == request.owner && query.int64(2) > 0) {
         result = backend::Acquired{static_cast<std::uint64_t>(query.int64(1)), static_cast<std::uint32_t>(query.int64(2))};
       } else {
-        result = backend::Held{row_info(query, std::string(request.key), 0)};
+        LockInfo holder = row_info(query, std::string(request.key), 0);
+        const auto left = holder.ttl_left;
+        result = backend::Busy{std::move(holder), left};
       }
     });
     if (!found) throw BackendError("acquire returned no row from " + path_, kName, std::string(request.key));
@@ -556,12 +558,13 @@ class SqliteBackend final : public backend::Backend {
     return released;
   }
 
-  bool watch_evictions(std::function<void(std::string_view)> evicted) override {
+  bool watch(std::shared_ptr<backend::Events> events) override {
     // Evictions from now on: none before can concern a lease of this client's.
     const std::int64_t since = boot_time_us();
     try {
       watch_ = std::make_unique<sqlite::EvictionWatch>(
-          board_, [this, since](std::int64_t after) { return evictions_after(after, since); }, std::move(evicted));
+          board_, [this, since](std::int64_t after) { return evictions_after(after, since); },
+          [events = std::move(events)](std::string_view key) { events->evicted(key); });
     } catch (const std::system_error& e) {
       core::log(LogLevel::warning, std::string("sqlite:// cannot watch for force-releases (") + e.what() +
                                        "); evicted holders learn at their next renewal");
@@ -570,8 +573,8 @@ class SqliteBackend final : public backend::Backend {
     return true;
   }
 
-  std::unique_ptr<backend::WakeChannel> wake_channel(std::string_view key, std::string_view) override {
-    return board_->channel(key);
+  std::unique_ptr<backend::Waiter> waiter(const backend::AcquireRequest& request) override {
+    return std::make_unique<BellWaiter>(*this, request, board_->bell(request.key));
   }
 
   void ping() override {

@@ -41,9 +41,9 @@ timespec to_timespec(SteadyClock::time_point deadline) noexcept {
   return timespec{static_cast<std::time_t>(ns / 1'000'000'000), static_cast<long>(ns % 1'000'000'000)};
 }
 
-class BoardChannel final : public backend::WakeChannel {
+class BoardBell final : public Bell {
  public:
-  BoardChannel(std::shared_ptr<WakeBoard> board, std::uint32_t* word, std::uint32_t bit)
+  BoardBell(std::shared_ptr<WakeBoard> board, std::uint32_t* word, std::uint32_t bit)
       : board_(std::move(board)), word_(word), bit_(bit) {}
 
   void arm() override { seen_ = std::atomic_ref<std::uint32_t>(*word_).load(std::memory_order_acquire); }
@@ -138,9 +138,9 @@ void WakeBoard::ring(std::string_view key) noexcept {
   wake_one(word, spot.bit);
 }
 
-std::unique_ptr<backend::WakeChannel> WakeBoard::channel(std::string_view key) {
+std::unique_ptr<Bell> WakeBoard::bell(std::string_view key) {
   const Spot spot = locate(key);
-  return std::make_unique<BoardChannel>(shared_from_this(), words_ + spot.slot, spot.bit);
+  return std::make_unique<BoardBell>(shared_from_this(), words_ + spot.slot, spot.bit);
 }
 
 std::uint32_t WakeBoard::eviction_word() const noexcept {

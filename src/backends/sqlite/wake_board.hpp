@@ -25,6 +25,7 @@
 #include <thread>
 #include <vector>
 
+#include "backends/bell_waiter.hpp"
 #include "dlock/backend.hpp"
 
 namespace dlock::backends::sqlite {
@@ -51,8 +52,8 @@ class WakeBoard : public std::enable_shared_from_this<WakeBoard> {
 
   // Wakes one waiter on `key` (after the store has committed the release).
   void ring(std::string_view key) noexcept;
-  // A channel for one waiting call; it keeps the board mapped.
-  std::unique_ptr<backend::WakeChannel> channel(std::string_view key);
+  // The bell of one waiting call; it keeps the board mapped.
+  std::unique_ptr<Bell> bell(std::string_view key);
 
   // The eviction word: its low 16 bits count force-releases (announce_eviction), its high 16
   // bits change when a watcher stops (release_watchers). Watchers sleep on the whole word.
@@ -75,7 +76,7 @@ class WakeBoard : public std::enable_shared_from_this<WakeBoard> {
   std::uint32_t* words_;  // kBytes, mapped MAP_SHARED
 };
 
-// Backend::watch_evictions for sqlite://: a thread that sleeps on the board's eviction word and,
+// Backend::watch for sqlite://: a thread that sleeps on the board's eviction word and,
 // each time a force-release on the file is announced (by any process), reads which keys were
 // force-released and passes each to `evicted`, outside every other call of the backend.
 class EvictionWatch {

@@ -42,7 +42,7 @@ namespace {
 using namespace std::chrono_literals;
 using backend::Acquired;
 using backend::Backend;
-using backend::Held;
+using backend::Busy;
 using backends::sqlite::EvictionWatch;
 using backends::sqlite::WakeBoard;
 using SteadyClock = std::chrono::steady_clock;
@@ -58,27 +58,26 @@ std::shared_ptr<Backend> open_db(const std::string& path, const std::string& que
 
 backend::AcquireResult acquire(Backend& b, std::string_view key, std::string_view owner,
                                std::chrono::milliseconds ttl = 10s) {
-  return b.acquire({key, owner, ttl, {}});
+  return b.acquire({key, owner, ttl});
 }
 
 Acquired must_acquire(Backend& b, std::string_view key, std::string_view owner, std::chrono::milliseconds ttl = 10s) {
   auto result = acquire(b, key, owner, ttl);
-  if (auto* held = std::get_if<Held>(&result)) {
-    ADD_FAILURE() << key << " is held by " << held->holder.owner;
+  if (auto* busy = std::get_if<Busy>(&result)) {
+    ADD_FAILURE() << key << " is held by " << (busy->holder ? busy->holder->owner : "nobody");
     return {};
   }
   return std::get<Acquired>(result);
 }
 
-// Acquires like the core does: arm, try, and sleep on the wake channel at most until the
-// holder's lease runs out.
+// Acquires like the core does: through a waiter, sleeping at most until the holder's lease
+// runs out.
 Acquired acquire_waiting(Backend& b, std::string_view key, std::string_view owner, std::chrono::milliseconds ttl) {
-  auto wake = b.wake_channel(key, {});
+  auto waiter = b.waiter({key, owner, ttl});
   for (;;) {
-    wake->arm();
-    auto result = acquire(b, key, owner, ttl);
+    auto result = waiter->attempt();
     if (auto* acquired = std::get_if<Acquired>(&result)) return *acquired;
-    wake->wait_until(SteadyClock::now() + std::get<Held>(result).holder.ttl_left + 1ms);
+    waiter->wait_until(SteadyClock::now() + std::get<Busy>(result).retry_within + 1ms);
   }
 }
 
@@ -122,17 +121,11 @@ class Raw {
   sqlite3* db_ = nullptr;
 };
 
-// Collects the keys a backend's eviction watch reports (Backend::watch_evictions). Declare it
-// before the backend: the callback may run until the backend is gone.
+// Collects the keys a backend's eviction watch reports (Backend::watch). Declare it before
+// the backend: the events may come until the backend is gone.
 class Notices {
  public:
-  std::function<void(std::string_view)> callback() {
-    return [this](std::string_view key) {
-      std::lock_guard lock(mutex_);
-      keys_.emplace_back(key);
-      changed_.notify_all();
-    };
-  }
+  std::shared_ptr<backend::Events> events() { return std::make_shared<Sink>(*this); }
   // The keys reported, once there are `n` of them (or after 10 s).
   std::vector<std::string> await(std::size_t n) {
     std::unique_lock lock(mutex_);
@@ -141,6 +134,21 @@ class Notices {
   }
 
  private:
+  class Sink final : public backend::Events {
+   public:
+    explicit Sink(Notices& notices) : notices_(notices) {}
+    void evicted(std::string_view key) override {
+      std::lock_guard lock(notices_.mutex_);
+      notices_.keys_.emplace_back(key);
+      notices_.changed_.notify_all();
+    }
+    void lost(const backend::LeaseRef&, std::string_view) override {}
+    void all_lost(std::string_view) override {}
+
+   private:
+    Notices& notices_;
+  };
+
   std::mutex mutex_;
   std::condition_variable changed_;
   std::vector<std::string> keys_;
@@ -211,8 +219,8 @@ TEST_F(SqliteBackend, AcquireReentryHeldAndRelease) {
   EXPECT_EQ(again.hold_count, 2u);
 
   auto other = acquire(*backend, "job", "b", 5s);
-  ASSERT_TRUE(std::holds_alternative<Held>(other));
-  const LockInfo& holder = std::get<Held>(other).holder;
+  ASSERT_TRUE(std::holds_alternative<Busy>(other) && std::get<Busy>(other).holder);
+  const LockInfo& holder = *std::get<Busy>(other).holder;
   EXPECT_EQ(holder.key, "job");
   EXPECT_EQ(holder.owner, "a");
   EXPECT_EQ(holder.token, first.token);
@@ -251,7 +259,7 @@ TEST_F(SqliteBackend, RenewOnlyExtendsTheOwnLiveLease) {
 TEST_F(SqliteBackend, ExpiredLeaseIsTakenOverAndNeverResurrected) {
   auto backend = open_db(db_);
   const Acquired old = must_acquire(*backend, "k", "a", 100ms);
-  ASSERT_TRUE(std::holds_alternative<Held>(acquire(*backend, "k", "b")));
+  ASSERT_TRUE(std::holds_alternative<Busy>(acquire(*backend, "k", "b")));
   std::this_thread::sleep_for(150ms);
   EXPECT_EQ(backend->inspect("k"), std::nullopt);
   EXPECT_FALSE(backend->renew({"k", "a", old.token}, 10s));
@@ -344,7 +352,7 @@ TEST_F(SqliteBackend, VersionTwoFileTakesLockDelaysAndEvictionNotices) {
   write_earlier_file(db_, kVersion2Rest);
   Notices notices;
   auto watched = open_db(db_);
-  ASSERT_TRUE(watched->watch_evictions(notices.callback()));
+  ASSERT_TRUE(watched->watch(notices.events()));
   EXPECT_TRUE(watched->inspect("held"));
   auto admin = open_db(db_);
   const auto released = admin->force_release("held", Eviction::delayed);
@@ -584,12 +592,11 @@ TEST_F(SqliteBackend, BusyDatabaseIsARetryableBackendError) {
 class Waiter {
  public:
   Waiter(Backend& backend, std::string key) {
-    auto channel = backend.wake_channel(key, {});
-    channel->arm();
-    EXPECT_TRUE(std::holds_alternative<Held>(acquire(backend, key, "waiter")));
-    thread_ = std::thread([this, channel = std::move(channel)] {
+    auto waiter = backend.waiter({key, "waiter", 10s});
+    EXPECT_TRUE(std::holds_alternative<Busy>(waiter->attempt()));
+    thread_ = std::thread([this, waiter = std::move(waiter)] {
       started_ = SteadyClock::now();
-      woken_ = channel->wait_until(started_ + 10s);
+      waiter->wait_until(started_ + 10s);
       elapsed_ = SteadyClock::now() - started_;
     });
   }
@@ -598,14 +605,13 @@ class Waiter {
   }
   bool join_woken() {
     thread_.join();
-    return woken_ && elapsed_ < 5s;
+    return elapsed_ < 5s;  // else it slept until its 10 s deadline
   }
 
  private:
   std::thread thread_;
   SteadyClock::time_point started_;
   SteadyClock::duration elapsed_{};
-  bool woken_ = false;
 };
 
 TEST_F(SqliteBackend, ReleaseAndForceReleaseWakeAWaiter) {
@@ -654,9 +660,10 @@ TEST_F(SqliteBackend, DelayedForceReleaseKeepsTheKeyClosedUntilTheHolderReleases
   // Closed to everyone, its owner too (no re-entry, and the lease is not extended).
   for (const char* owner : {"b", "a"}) {
     auto result = acquire(*backend, "k", owner, 1h);
-    ASSERT_TRUE(std::holds_alternative<Held>(result)) << owner << " took an evicted holder's key";
-    expect_evicted(std::get<Held>(result).holder);
-    EXPECT_LE(std::get<Held>(result).holder.ttl_left, 10s);
+    ASSERT_TRUE(std::holds_alternative<Busy>(result) && std::get<Busy>(result).holder)
+        << owner << " took an evicted holder's key";
+    expect_evicted(*std::get<Busy>(result).holder);
+    EXPECT_LE(std::get<Busy>(result).holder->ttl_left, 10s);
   }
   EXPECT_FALSE(backend->renew({"k", "a", lease.token}, 1h));
   const auto again = backend->force_release("k", Eviction::delayed);  // still held
@@ -713,7 +720,7 @@ TEST_F(SqliteBackend, ReentryNeverShortensTheLease) {
 TEST_F(SqliteBackend, ForceReleasesReachTheWatchersOfTheFile) {
   Notices notices;
   auto watched = open_db(db_);
-  ASSERT_TRUE(watched->watch_evictions(notices.callback()));
+  ASSERT_TRUE(watched->watch(notices.events()));
   auto admin = open_db(db_);
   must_acquire(*watched, "a", "o");
   must_acquire(*watched, "b", "o");
@@ -724,7 +731,7 @@ TEST_F(SqliteBackend, ForceReleasesReachTheWatchersOfTheFile) {
 
   Notices later;
   auto late = open_db(db_);
-  ASSERT_TRUE(late->watch_evictions(later.callback()));
+  ASSERT_TRUE(late->watch(later.events()));
   ASSERT_TRUE(admin->force_release("a", Eviction::immediate));  // still held: evicted
   EXPECT_EQ(later.await(1), std::vector<std::string>{"a"});   // not the evictions before its start
   EXPECT_EQ(notices.await(3), (std::vector<std::string>{"a", "b", "a"}));
@@ -922,19 +929,18 @@ TEST_F(SqliteProcesses, OtherProcessSeesTheHolderAndItsReleaseWakesUs) {
   const std::uint64_t child_token = std::stoull(*line);
 
   auto backend = open_db(db_);
-  auto wake = backend->wake_channel("shared", {});
-  wake->arm();
-  auto result = acquire(*backend, "shared", "parent");
-  ASSERT_TRUE(std::holds_alternative<Held>(result));
-  const LockInfo& holder = std::get<Held>(result).holder;
+  auto waiter = backend->waiter({"shared", "parent", 10s});
+  auto result = waiter->attempt();
+  ASSERT_TRUE(std::holds_alternative<Busy>(result) && std::get<Busy>(result).holder);
+  const LockInfo& holder = *std::get<Busy>(result).holder;
   EXPECT_EQ(holder.owner, "child");
   EXPECT_EQ(holder.token, child_token);
   EXPECT_GT(holder.ttl_left, 20s);
 
   child.send('r');
   const auto started = SteadyClock::now();
-  EXPECT_TRUE(wake->wait_until(started + 20s));
-  EXPECT_LT(SteadyClock::now() - started, 5s);
+  waiter->wait_until(started + 20s);
+  EXPECT_LT(SteadyClock::now() - started, 5s) << "the release did not wake the waiter";
   EXPECT_EQ(child.read_line(), "0");
   EXPECT_GT(must_acquire(*backend, "shared", "parent").token, child_token);
   EXPECT_TRUE(child.exited_cleanly());
@@ -943,7 +949,7 @@ TEST_F(SqliteProcesses, OtherProcessSeesTheHolderAndItsReleaseWakesUs) {
 TEST_F(SqliteProcesses, AForceReleaseInAnotherProcessReachesTheWatcher) {
   Notices notices;
   auto backend = open_db(db_);
-  ASSERT_TRUE(backend->watch_evictions(notices.callback()));
+  ASSERT_TRUE(backend->watch(notices.events()));
   const Acquired lease = must_acquire(*backend, "shared", "parent");
   ChildProcess child({{"DLOCK_SQLITE_CHILD", "force"}, {"DLOCK_SQLITE_CHILD_DB", db_}});
   EXPECT_EQ(child.read_line(), "evicted");
@@ -1093,7 +1099,7 @@ struct Sleepers {
     for (std::size_t i = 0; i < tids.size(); ++i) {
       threads.emplace_back([this, &board, key, abandon_after_wake, i] {
         tids[i] = ::gettid();
-        auto channel = board.channel(key);
+        auto channel = board.bell(key);
         channel->arm();
         ++armed;
         if (channel->wait_until(SteadyClock::now() + 10s)) {
@@ -1143,7 +1149,7 @@ TEST_F(WakeBoardTest, AbandonPassesAConsumedWakeOn) {
 TEST_F(WakeBoardTest, AbandonWithoutAConsumedWakeWakesNobody) {
   auto b = board();
   Sleepers sleepers(*b, "k", 1);
-  auto late = b->channel("k");
+  auto late = b->bell("k");
   late->arm();
   EXPECT_FALSE(late->wait_until(SteadyClock::now() + 20ms));
   late->abandon();
@@ -1154,7 +1160,7 @@ TEST_F(WakeBoardTest, AbandonWithoutAConsumedWakeWakesNobody) {
 
 TEST_F(WakeBoardTest, RingBetweenArmAndWaitIsNotLost) {
   auto b = board();
-  auto channel = b->channel("k");
+  auto channel = b->bell("k");
   channel->arm();
   b->ring("k");
   const auto started = SteadyClock::now();
@@ -1164,7 +1170,7 @@ TEST_F(WakeBoardTest, RingBetweenArmAndWaitIsNotLost) {
 
 TEST_F(WakeBoardTest, WaitTimesOutWithoutARing) {
   auto b = board();
-  auto channel = b->channel("k");
+  auto channel = b->bell("k");
   channel->arm();
   const auto started = SteadyClock::now();
   EXPECT_FALSE(channel->wait_until(started + 50ms));
