@@ -17,6 +17,10 @@ configure_package_config_file(cmake/dlockConfig.cmake.in ${PROJECT_BINARY_DIR}/d
 write_basic_package_version_file(${PROJECT_BINARY_DIR}/dlockConfigVersion.cmake COMPATIBILITY SameMinorVersion)
 install(FILES ${PROJECT_BINARY_DIR}/dlockConfig.cmake ${PROJECT_BINARY_DIR}/dlockConfigVersion.cmake
   DESTINATION ${dlock_cmake_dir})
+if(DLOCK_WITH_ZOOKEEPER AND NOT BUILD_SHARED_LIBS)
+  # ZooKeeper's C client ships no CMake config: a static libdlock's config finds it with ours.
+  install(FILES cmake/FindZooKeeper.cmake DESTINATION ${dlock_cmake_dir})
+endif()
 
 # dlock.pc finds the prefix from its own place (${pcfiledir}), so that `cmake --install --prefix`
 # and a relocated install keep working.
@@ -42,10 +46,17 @@ if(DLOCK_WITH_REDIS)
   list(APPEND DLOCK_PC_REQUIRES hiredis)
   string(APPEND DLOCK_PC_BACKENDS ", Redis, Redlock")
 endif()
+if(DLOCK_WITH_ZOOKEEPER)
+  string(APPEND DLOCK_PC_BACKENDS ", ZooKeeper")
+endif()
 if(BUILD_SHARED_LIBS)
   set(DLOCK_PC_REQUIRES)
 else()
-  set(DLOCK_PC_LIBS " -pthread")
+  # ZooKeeper's C client has no pkg-config file: named in Libs.
+  if(DLOCK_WITH_ZOOKEEPER)
+    set(DLOCK_PC_LIBS " -lzookeeper_mt")
+  endif()
+  string(APPEND DLOCK_PC_LIBS " -pthread")
 endif()
 list(JOIN DLOCK_PC_REQUIRES " " DLOCK_PC_REQUIRES)
 configure_file(cmake/dlock.pc.in ${PROJECT_BINARY_DIR}/dlock.pc @ONLY)

@@ -29,6 +29,10 @@ endif()
 if(DLOCK_WITH_REDIS)
   pkg_check_modules(Hiredis REQUIRED IMPORTED_TARGET hiredis)
 endif()
+if(DLOCK_WITH_ZOOKEEPER)
+  list(APPEND CMAKE_MODULE_PATH ${PROJECT_SOURCE_DIR}/cmake)
+  find_package(ZooKeeper 3.5 REQUIRED)
+endif()
 
 configure_file(${PROJECT_SOURCE_DIR}/cmake/version.hpp.in ${PROJECT_BINARY_DIR}/include/dlock/version.hpp @ONLY)
 
@@ -91,6 +95,15 @@ if(DLOCK_WITH_REDIS)
   target_include_directories(dlock_objects PRIVATE ${PROJECT_BINARY_DIR}/generated)
   target_compile_definitions(dlock_objects PRIVATE DLOCK_WITH_REDIS=1)
 endif()
+if(DLOCK_WITH_ZOOKEEPER)
+  target_sources(dlock_objects PRIVATE
+    src/backends/zookeeper/nodes.cpp
+    src/backends/zookeeper/session.cpp
+    src/backends/zookeeper/zookeeper_backend.cpp)
+  target_include_directories(dlock_objects PRIVATE ${ZooKeeper_INCLUDE_DIRS})
+  # zookeeper.h declares the multi-threaded client's API only with THREADED.
+  target_compile_definitions(dlock_objects PRIVATE DLOCK_WITH_ZOOKEEPER=1 THREADED)
+endif()
 if(DLOCK_WITH_SQLITE)
   target_sources(dlock_objects PRIVATE
     src/backends/sqlite/sqlite_backend.cpp
@@ -134,6 +147,9 @@ endif()
 if(DLOCK_WITH_REDIS)
   target_link_libraries(dlock PRIVATE PkgConfig::Hiredis)
 endif()
+if(DLOCK_WITH_ZOOKEEPER)
+  target_link_libraries(dlock PRIVATE ZooKeeper::zookeeper_mt)
+endif()
 
 # Linking objects directly adds them to dlock_internal; its consumers get the usage requirements.
 # EXCLUDE_FROM_ALL: built only for the tools and tests that link it.
@@ -153,4 +169,8 @@ if(DLOCK_WITH_MYSQL)
 endif()
 if(DLOCK_WITH_REDIS)
   target_link_libraries(dlock_internal PUBLIC ${Hiredis_LIBRARIES})
+endif()
+if(DLOCK_WITH_ZOOKEEPER)
+  # By name, like MariaDB and hiredis, so that the -static tool picks the archive.
+  target_link_libraries(dlock_internal PUBLIC zookeeper_mt)
 endif()

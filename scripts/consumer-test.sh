@@ -64,7 +64,7 @@ ctest --test-dir "$work/examples" --output-on-failure
 step "add_subdirectory, SQLite only"
 parent=$work/subdirectory
 cmake -S tests/consumer/subdirectory -B "$parent" -G Ninja -DDLOCK_SOURCE_DIR="$src" >/dev/null
-for found in MariaDB_ Hiredis_ GTest_DIR fmt_DIR CLI11_DIR nlohmann_json_DIR HTTPLIB_; do
+for found in MariaDB_ Hiredis_ ZooKeeper_ GTest_DIR fmt_DIR CLI11_DIR nlohmann_json_DIR HTTPLIB_; do
   ! grep -q "^$found" "$parent/CMakeCache.txt" || fail "add_subdirectory looked for $found"
 done
 cmake --build "$parent" -j2 >/dev/null

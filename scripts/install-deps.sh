@@ -8,6 +8,7 @@ set -euo pipefail
 packages=(
   g++ cmake ninja-build pkg-config
   libsqlite3-dev libmariadb-dev libhiredis-dev libssl-dev zlib1g-dev libfmt-dev libcli11-dev nlohmann-json3-dev libcpp-httplib-dev
+  libzookeeper-mt-dev  # zookeeper://: ZooKeeper's C client
   help2man dpkg-dev file  # dlock(1), and the .deb's dependencies (cpack: dpkg-shlibdeps)
 )
 case "${1:-}" in
@@ -17,6 +18,7 @@ case "${1:-}" in
     util-linux hyperfine sqlite3
     debootstrap  # the .deb's install test on a fresh Debian 12 (scripts/deb-test.sh)
     redis-server  # the private servers of the redis:// tests (scripts/servers/redis.sh)
+    zookeeper  # the private servers of the zookeeper:// tests (scripts/servers/zookeeper.sh)
     chromium  # the admin page's browser tests (tests/browser), driven by playwright-core from npm
   ) ;;
   *) echo "usage: $0 [--build-only]" >&2; exit 64 ;;

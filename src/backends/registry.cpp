@@ -12,6 +12,9 @@
 #include "backends/redis/redis_backend.hpp"
 #include "backends/redlock/redlock_backend.hpp"
 #endif
+#if DLOCK_WITH_ZOOKEEPER
+#include "backends/zookeeper/zookeeper_backend.hpp"
+#endif
 
 namespace dlock::backends {
 
@@ -28,6 +31,9 @@ std::shared_ptr<backend::Backend> open_backend(const core::Url& url) {
   if (url.scheme == "redis" || url.scheme == "rediss") return make_redis_backend(url);
   if (url.scheme == "redlock") return make_redlock_backend(url);
 #endif
+#if DLOCK_WITH_ZOOKEEPER
+  if (url.scheme == "zookeeper") return make_zookeeper_backend(url);
+#endif
   std::string built_in = "local://";
 #if DLOCK_WITH_SQLITE
   built_in += ", sqlite://PATH";
@@ -37,6 +43,9 @@ std::shared_ptr<backend::Backend> open_backend(const core::Url& url) {
 #endif
 #if DLOCK_WITH_REDIS
   built_in += ", redis://[USER:PASSWORD@]HOST:PORT/DB, redlock://HOST1:PORT,HOST2:PORT,HOST3:PORT";
+#endif
+#if DLOCK_WITH_ZOOKEEPER
+  built_in += ", zookeeper://HOST:PORT[,HOST:PORT...]/PATH";
 #endif
   throw ConfigurationError("unknown backend '" + url.scheme + "://' in URL " + url.redacted() +
                            " (this build supports: " + built_in + ")");

@@ -246,7 +246,7 @@ std::optional<SteadyClock::time_point> ClientState::renew_due(const std::shared_
   std::unique_lock op(state->op_mutex);
   {
     std::lock_guard lock(state->mutex);
-    if (state->finished) return std::nullopt;
+    if (state->finished || state->freed) return std::nullopt;
   }
   const auto sent = SteadyClock::now();
   bool renewed = false;
@@ -351,11 +351,16 @@ void ClientState::check_eviction(LeaseState& state) {
     if (state.finished || state.lost.load()) return;
   }
   std::optional<LockInfo> holder;
-  try {
-    holder = backend->inspect(state.key);
-  } catch (const std::exception& e) {
-    core::log(LogLevel::debug, "could not check '" + state.key + "' after a force-release notice: " + e.what());
-    return;  // the next renewal finds out
+  {
+    // A release that freed the key meanwhile is no eviction: the key is not ours because we let it go.
+    std::lock_guard op(state.op_mutex);
+    if (state.freed) return;
+    try {
+      holder = backend->inspect(state.key);
+    } catch (const std::exception& e) {
+      core::log(LogLevel::debug, "could not check '" + state.key + "' after a force-release notice: " + e.what());
+      return;  // the next renewal finds out
+    }
   }
   if (holder && holder->owner == state.spec.owner && holder->token == state.token && !holder->evicted) return;
   mark_lost(state, LossReason::not_owner,
@@ -425,6 +430,7 @@ void ClientState::release(Lease& lease) {
   {
     std::lock_guard op(state.op_mutex);
     holds_left = backend->release({state.key, state.spec.owner, state.token});
+    if (holds_left == 0u) state.freed = true;
   }
   lease.released_ = true;
   if (!holds_left) {

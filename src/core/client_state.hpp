@@ -45,9 +45,10 @@ struct LeaseState {
   std::atomic<bool> lost{false};
   std::stop_source stop;
 
-  // Serializes renew and release of this acquisition, so a renew racing a release can
-  // never be mistaken for a loss.
+  // Serializes renew, release and eviction checks of this acquisition, so none racing a
+  // release can be mistaken for a loss.
   std::mutex op_mutex;
+  bool freed = false;  // guarded by op_mutex: a release left the store no hold of it
 
   std::mutex mutex;  // guards the fields below
   core::RenewalScheduler::TaskId renew_task = 0;

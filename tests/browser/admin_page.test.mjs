@@ -171,13 +171,15 @@ function parseDuration(text) {
 async function startStack(t) {
   const binary = dlockBinary();
   const dir = mkdtempSync(join(tmpdir(), 'dlock-browser-'));
-  // DLOCK_SERVE_TEST_URL: a server (mysql://, redis://, redlock://) to run on instead, in a
-  // fresh table (mysql) or key namespace (redis, redlock).
+  // DLOCK_SERVE_TEST_URL: a server (mysql://, redis://, redlock://, zookeeper://) to run on
+  // instead, in a fresh table (mysql), key namespace (redis, redlock) or node path (zookeeper,
+  // whose URL then has neither).
   const server = process.env.DLOCK_SERVE_TEST_URL;
+  const name = `browser_${basename(dir).replace(/[^A-Za-z0-9]/g, '_')}`;
   const own = server?.startsWith('redis') || server?.startsWith('redlock') ? 'namespace' : 'table';
-  const url = server
-    ? `${server}${server.includes('?') ? '&' : '?'}${own}=browser_${basename(dir).replace(/[^A-Za-z0-9]/g, '_')}`
-    : `sqlite://${dir}/locks.db`;
+  const url = !server ? `sqlite://${dir}/locks.db`
+    : server.startsWith('zookeeper') ? `${server}/${name}`
+    : `${server}${server.includes('?') ? '&' : '?'}${own}=${name}`;
   const auditLog = join(dir, 'audit.log');
   // Keep every default path (state dir, ...) inside the temp dir.
   const env = { ...process.env, XDG_STATE_HOME: join(dir, 'state'), DLOCK_URL: url };

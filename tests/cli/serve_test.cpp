@@ -122,12 +122,17 @@ class ServeTest : public ::testing::Test {
     // NOLINTNEXTLINE(concurrency-mt-unsafe): read before any thread starts
     const char* server = std::getenv("DLOCK_SERVE_TEST_URL");
     if (server && *server) {
-      // A table (mysql) or key namespace (redis, redlock) of the test's own.
+      // A table (mysql), key namespace (redis, redlock) or node path (zookeeper, whose URL
+      // then has neither) of the test's own.
       const std::string base = server;
       backend_ = base.substr(0, base.find("://"));
-      url_ = base + (base.find('?') == std::string::npos ? "?" : "&") +
-             (backend_ == "mysql" || backend_ == "mariadb" ? "table=" : "namespace=") + "serve_" +
-             std::filesystem::path(dir_).filename().string().substr(12);
+      const std::string own = "serve_" + std::filesystem::path(dir_).filename().string().substr(12);
+      if (backend_ == "zookeeper") {
+        url_ = base + "/" + own;
+      } else {
+        url_ = base + (base.find('?') == std::string::npos ? "?" : "&") +
+               (backend_ == "mysql" || backend_ == "mariadb" ? "table=" : "namespace=") + own;
+      }
     } else {
       url_ = "sqlite://" + dir_ + "/locks.db";
     }

@@ -128,6 +128,16 @@ std::vector<BackendParam> all_backends() {
           {"redlock://h1:1,h2:2,h3:3/zero", {"database"}},
       };
     }
+    if (scheme == "zookeeper") {
+      p.bad_location_url = "zookeeper://127.0.0.1:1/dlock?connect_timeout=1s";  // nothing listens on port 1
+      p.bad_location_names = "127.0.0.1:1";
+      p.malformed_urls = {
+          {"zookeeper://127.0.0.1:2181/dlock?session_timeout=soon", {"session_timeout"}},
+          {"zookeeper:///dlock", {"servers"}},
+          {"zookeeper://127.0.0.1:2181/a//b", {"path"}},
+          {"zookeeper://:secret@127.0.0.1:2181/dlock", {"user"}},
+      };
+    }
     params.push_back(std::move(p));
   }
   return params;

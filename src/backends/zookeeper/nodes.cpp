@@ -1,0 +1,112 @@
+#include "backends/zookeeper/nodes.hpp"
+
+#include <algorithm>
+#include <charconv>
+#include <cstdio>
+#include <random>
+
+#include "core/stable_hash.hpp"
+
+namespace dlock::backends::zookeeper {
+namespace {
+
+bool plain(unsigned char c) {
+  return (c >= 'A' && c <= 'Z') || (c >= 'a' && c <= 'z') || (c >= '0' && c <= '9') || c == '_' || c == '~' ||
+         c == '-';
+}
+
+int hex_value(char c) {
+  if (c >= '0' && c <= '9') return c - '0';
+  if (c >= 'A' && c <= 'F') return c - 'A' + 10;
+  return -1;
+}
+
+template <class T>
+std::optional<T> number(std::string_view text) {
+  T value{};
+  const auto [end, error] = std::from_chars(text.data(), text.data() + text.size(), value);
+  if (error != std::errc() || end != text.data() + text.size() || text.empty()) return std::nullopt;
+  return value;
+}
+
+}  // namespace
+
+std::string encode_key(std::string_view key) {
+  std::string name;
+  name.reserve(key.size());
+  for (const char c : key) {
+    const auto byte = static_cast<unsigned char>(c);
+    if (plain(byte)) {
+      name += c;
+    } else {
+      char escaped[4];
+      std::snprintf(escaped, sizeof escaped, "%%%02X", byte);
+      name += escaped;
+    }
+  }
+  return name;
+}
+
+std::optional<std::string> decode_key(std::string_view name) {
+  std::string key;
+  for (std::size_t i = 0; i < name.size(); ++i) {
+    if (name[i] != '%') {
+      if (!plain(static_cast<unsigned char>(name[i]))) return std::nullopt;
+      key += name[i];
+      continue;
+    }
+    if (i + 2 >= name.size()) return std::nullopt;
+    const int high = hex_value(name[i + 1]), low = hex_value(name[i + 2]);
+    if (high < 0 || low < 0) return std::nullopt;
+    key += static_cast<char>(high * 16 + low);
+    i += 2;
+  }
+  if (key.empty()) return std::nullopt;
+  return key;
+}
+
+std::string owner_tag(std::string_view owner) {
+  char tag[17];
+  std::snprintf(tag, sizeof tag, "%016llx", static_cast<unsigned long long>(core::stable_hash(owner)));
+  return tag;
+}
+
+std::string attempt_tag() {
+  static thread_local std::mt19937_64 random{std::random_device{}()};
+  char tag[17];
+  std::snprintf(tag, sizeof tag, "%016llx", static_cast<unsigned long long>(random()));
+  return tag;
+}
+
+std::vector<Child> queue_of(const std::vector<std::string>& names) {
+  std::vector<Child> queue;
+  for (const auto& name : names) {
+    if (name.size() <= 34 || name[16] != '-' || name[33] != '-') continue;  // not dlock's
+    const auto sequence = number<std::uint64_t>(std::string_view(name).substr(34));
+    if (!sequence) continue;
+    queue.push_back({name, name.substr(0, 16), name.substr(17, 16), *sequence});
+  }
+  std::sort(queue.begin(), queue.end(), [](const Child& a, const Child& b) { return a.sequence < b.sequence; });
+  return queue;
+}
+
+std::string to_data(const NodeData& data) {
+  return data.owner + "\n" + std::to_string(data.holds) + "\n" + std::to_string(data.session_timeout.count()) + "\n" +
+         (data.evicted ? "evicted" : "held");
+}
+
+std::optional<NodeData> from_data(std::string_view text) {
+  std::vector<std::string_view> lines;
+  for (std::size_t at = 0; at <= text.size();) {
+    const auto end = std::min(text.find('\n', at), text.size());
+    lines.push_back(text.substr(at, end - at));
+    at = end + 1;
+  }
+  if (lines.size() != 4 || lines[0].empty()) return std::nullopt;
+  const auto holds = number<std::uint32_t>(lines[1]);
+  const auto timeout = number<std::int64_t>(lines[2]);
+  if (!holds || !timeout || (lines[3] != "held" && lines[3] != "evicted")) return std::nullopt;
+  return NodeData{std::string(lines[0]), *holds, std::chrono::milliseconds(*timeout), lines[3] == "evicted"};
+}
+
+}  // namespace dlock::backends::zookeeper

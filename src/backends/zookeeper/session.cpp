@@ -1,0 +1,261 @@
+#include "backends/zookeeper/session.hpp"
+
+#include <signal.h>
+
+#include <cstdio>
+#include <utility>
+
+#include "dlock/errors.hpp"
+
+namespace dlock::backends::zookeeper {
+namespace {
+
+constexpr const char* kName = "zookeeper";
+
+// A reply and the completion's `data` for it: a heap std::shared_ptr to its state.
+template <class T>
+std::pair<Reply<T>, void*> make_reply() {
+  auto state = std::make_shared<typename Reply<T>::State>();
+  void* data = new std::shared_ptr<typename Reply<T>::State>(state);
+  return {Reply<T>(std::move(state)), data};
+}
+
+// The completion's `data` is a heap std::shared_ptr<State>: taken back here, exactly once.
+template <class T, class Fill>
+void complete(const void* data, int rc, Fill&& fill) {
+  auto* owner = static_cast<std::shared_ptr<typename Reply<T>::State>*>(const_cast<void*>(data));
+  std::shared_ptr<typename Reply<T>::State> state = std::move(*owner);
+  delete owner;
+  {
+    std::lock_guard lock(state->mutex);
+    state->rc = rc;
+    if (rc == ZOK) fill(state->value);
+    state->done = true;
+  }
+  state->done_cv.notify_all();
+}
+
+// A request the client refused to send: answered at once.
+template <class T>
+void refuse(void* data, int rc) {
+  complete<T>(data, rc, [](T&) {});
+}
+
+void node_done(int rc, const Stat* stat, const void* data) {
+  complete<Node>(data, rc, [&](Node& node) {
+    if (stat) node.stat = *stat;
+  });
+}
+
+void data_done(int rc, const char* value, int length, const Stat* stat, const void* data) {
+  complete<Node>(data, rc, [&](Node& node) {
+    if (stat) node.stat = *stat;
+    if (value && length > 0) node.data.assign(value, static_cast<std::size_t>(length));
+  });
+}
+
+void created_done(int rc, const char* path, const Stat* stat, const void* data) {
+  complete<Node>(data, rc, [&](Node& node) {
+    if (stat) node.stat = *stat;
+    if (path) node.data = path;
+  });
+}
+
+void children_done(int rc, const String_vector* strings, const void* data) {
+  complete<std::vector<std::string>>(data, rc, [&](std::vector<std::string>& names) {
+    if (!strings) return;
+    names.reserve(static_cast<std::size_t>(strings->count));
+    for (int i = 0; i < strings->count; ++i) names.emplace_back(strings->data[i]);
+  });
+}
+
+void removed_done(int rc, const void* data) {
+  complete<Node>(data, rc, [](Node&) {});
+}
+
+void auth_done(int rc, const void* data) {
+  complete<Node>(data, rc, [](Node&) {});
+}
+
+}  // namespace
+
+Session::Session(const SessionSettings& settings, std::function<void()> on_expired)
+    : on_expired_(std::move(on_expired)) {
+  static std::once_flag quiet;
+  std::call_once(quiet, [] { zoo_set_debug_level(static_cast<ZooLogLevel>(0)); });
+  {
+    // The client's I/O and completion threads start here: they take no signal, like the
+    // library's own (core/signal_free_thread.hpp), so that `dlock serve` still gets SIGTERM.
+    sigset_t all, previous;
+    ::sigfillset(&all);
+    ::pthread_sigmask(SIG_SETMASK, &all, &previous);
+    zh_ = zookeeper_init(settings.hosts.c_str(), &Session::on_event,
+                         static_cast<int>(settings.session_timeout.count()), nullptr, this, 0);
+    ::pthread_sigmask(SIG_SETMASK, &previous, nullptr);
+  }
+  if (!zh_) {
+    throw ConfigurationError("zookeeper:// cannot use the servers of " + settings.shown +
+                                 " (the client refused the host list: write zookeeper://HOST:PORT[,HOST:PORT...]/PATH)",
+                             kName);
+  }
+  {
+    std::unique_lock lock(mutex_);
+    const bool up = state_cv_.wait_for(lock, settings.connect_timeout, [&] {
+      return state_ == ZOO_CONNECTED_STATE || state_ == ZOO_EXPIRED_SESSION_STATE || state_ == ZOO_AUTH_FAILED_STATE;
+    });
+    if (up && state_ == ZOO_CONNECTED_STATE) negotiated_ = std::chrono::milliseconds(zoo_recv_timeout(zh_));
+    if (!up || state_ != ZOO_CONNECTED_STATE) {
+      lock.unlock();
+      zookeeper_close(zh_);
+      zh_ = nullptr;
+      throw ConnectionError("cannot reach the ZooKeeper ensemble of " + settings.shown + " within " +
+                                std::to_string(settings.connect_timeout.count()) + " ms",
+                            kName);
+    }
+  }
+  if (!settings.user.empty()) {
+    const std::string credentials = settings.user + ":" + settings.password;
+    auto [reply, data] = make_reply<Node>();
+    const int sent = zoo_add_auth(zh_, "digest", credentials.data(), static_cast<int>(credentials.size()), auth_done, data);
+    if (sent != ZOK) refuse<Node>(data, sent);
+    if (reply.rc() != ZOK) {
+      zookeeper_close(zh_);
+      zh_ = nullptr;
+      throw ConfigurationError("ZooKeeper refused the credentials of user '" + settings.user + "' on " + settings.shown +
+                                   " (" + zerror(reply.rc()) + ")",
+                               kName);
+    }
+    digest_ = true;
+  }
+}
+
+Session::~Session() {
+  if (zh_) zookeeper_close(zh_);  // joins the client's threads: no callback after this
+}
+
+std::chrono::milliseconds Session::timeout() const { return std::chrono::milliseconds(zoo_recv_timeout(zh_)); }
+
+bool Session::expired() const {
+  std::lock_guard lock(mutex_);
+  if (over_ || state_ == ZOO_EXPIRED_SESSION_STATE || state_ == ZOO_AUTH_FAILED_STATE) return true;
+  return state_ != ZOO_CONNECTED_STATE && std::chrono::steady_clock::now() - disconnected_at_ >= negotiated_;
+}
+
+bool Session::wait_connected(std::chrono::steady_clock::time_point deadline) const {
+  std::unique_lock lock(mutex_);
+  state_cv_.wait_until(lock, deadline, [&] {
+    return over_ || state_ == ZOO_CONNECTED_STATE || state_ == ZOO_EXPIRED_SESSION_STATE ||
+           state_ == ZOO_AUTH_FAILED_STATE;
+  });
+  return !over_ && state_ == ZOO_CONNECTED_STATE;
+}
+
+std::int64_t Session::id() const { return zoo_client_id(zh_)->client_id; }
+
+const ACL_vector* Session::acl() const { return digest_ ? &ZOO_CREATOR_ALL_ACL : &ZOO_OPEN_ACL_UNSAFE; }
+
+Reply<Node> Session::create(const std::string& path, const std::string& data, int mode, bool open) {
+  auto [reply, state] = make_reply<Node>();
+  const int sent = zoo_acreate2(zh_, path.c_str(), data.data(), static_cast<int>(data.size()),
+                                open ? &ZOO_OPEN_ACL_UNSAFE : acl(), mode, created_done, state);
+  if (sent != ZOK) refuse<Node>(state, sent);
+  return reply;
+}
+
+Reply<std::vector<std::string>> Session::children(const std::string& path) {
+  auto [reply, state] = make_reply<std::vector<std::string>>();
+  const int sent = zoo_aget_children(zh_, path.c_str(), 0, children_done, state);
+  if (sent != ZOK) refuse<std::vector<std::string>>(state, sent);
+  return reply;
+}
+
+Reply<Node> Session::get(const std::string& path, Watch watch) {
+  auto [reply, state] = make_reply<Node>();
+  const bool watched = static_cast<bool>(watch);
+  if (watched) add_watch(path, std::move(watch));
+  const int sent = watched ? zoo_awget(zh_, path.c_str(), &Session::on_event, this, data_done, state)
+                           : zoo_aget(zh_, path.c_str(), 0, data_done, state);
+  if (sent != ZOK) refuse<Node>(state, sent);
+  return reply;
+}
+
+Reply<Node> Session::exists(const std::string& path, Watch watch) {
+  auto [reply, state] = make_reply<Node>();
+  const bool watched = static_cast<bool>(watch);
+  if (watched) add_watch(path, std::move(watch));
+  const int sent = watched ? zoo_awexists(zh_, path.c_str(), &Session::on_event, this, node_done, state)
+                           : zoo_aexists(zh_, path.c_str(), 0, node_done, state);
+  if (sent != ZOK) refuse<Node>(state, sent);
+  return reply;
+}
+
+Reply<Node> Session::set(const std::string& path, const std::string& data, int version) {
+  auto [reply, state] = make_reply<Node>();
+  const int sent = zoo_aset(zh_, path.c_str(), data.data(), static_cast<int>(data.size()), version, node_done, state);
+  if (sent != ZOK) refuse<Node>(state, sent);
+  return reply;
+}
+
+Reply<Node> Session::remove(const std::string& path, int version) {
+  auto [reply, state] = make_reply<Node>();
+  const int sent = zoo_adelete(zh_, path.c_str(), version, removed_done, state);
+  if (sent != ZOK) refuse<Node>(state, sent);
+  return reply;
+}
+
+void Session::add_watch(const std::string& path, Watch watch) {
+  std::lock_guard lock(mutex_);
+  watches_.emplace(path, std::move(watch));
+}
+
+void Session::on_event(zhandle_t*, int type, int state, const char* path, void* context) {
+  static_cast<Session*>(context)->event(type, state, path);
+}
+
+void Session::event(int type, int state, const char* path) {
+  if (type == ZOO_SESSION_EVENT) {
+    bool ended = state == ZOO_EXPIRED_SESSION_STATE;
+    {
+      // Every watcher hears session events: the first report of an end counts.
+      std::lock_guard lock(mutex_);
+      if (over_ || state_ == ZOO_EXPIRED_SESSION_STATE) return;
+      const auto now = std::chrono::steady_clock::now();
+      if (state_ == ZOO_CONNECTED_STATE && state != ZOO_CONNECTED_STATE) disconnected_at_ = now;
+      if (state == ZOO_CONNECTED_STATE && state_ != ZOO_CONNECTED_STATE && state_ != 0 &&
+          now - disconnected_at_ >= negotiated_) {
+        // Back after the ensemble may have expired it: its holders have been told their
+        // leases are lost (renewals failed until then), so it must not keep their keys.
+        over_ = true;
+        ended = true;
+      }
+      state_ = state;
+    }
+    state_cv_.notify_all();
+    if (ended) {
+      // Every watched node of this session is gone or unwatched: wake every watcher.
+      fire_all();
+      if (on_expired_) on_expired_();
+    }
+    return;
+  }
+  if (!path) return;
+  std::vector<Watch> fired;
+  {
+    std::lock_guard lock(mutex_);
+    const auto [first, last] = watches_.equal_range(path);
+    for (auto it = first; it != last; ++it) fired.push_back(std::move(it->second));
+    watches_.erase(first, last);
+  }
+  for (auto& watch : fired) watch();
+}
+
+void Session::fire_all() {
+  std::multimap<std::string, Watch> fired;
+  {
+    std::lock_guard lock(mutex_);
+    fired.swap(watches_);
+  }
+  for (auto& [path, watch] : fired) watch();
+}
+
+}  // namespace dlock::backends::zookeeper

@@ -1,0 +1,723 @@
+// zookeeper://: the lock recipe of ZooKeeper's documentation (seed 003). Every acquirer makes
+// an ephemeral sequential node under the key's container node; the lowest holds the key; a
+// waiter watches only the node just before its own, so a release wakes one waiter (FIFO, no
+// herd). The session is the lease: a holder's node disappears when its session ends, and the
+// holder trusts its lock only until the session could have expired, measured from its last
+// answer (Acquired::lease). Fencing tokens are the holder node's czxid, the ensemble's
+// transaction id, which never goes back across leader changes, restarts and the deletion and
+// re-creation of the key's node (layout: nodes.hpp).
+
+#include "backends/zookeeper/zookeeper_backend.hpp"
+
+#include <algorithm>
+#include <chrono>
+#include <condition_variable>
+#include <map>
+#include <mutex>
+#include <string>
+#include <tuple>
+#include <utility>
+#include <vector>
+
+#include "backends/zookeeper/nodes.hpp"
+#include "backends/zookeeper/session.hpp"
+#include "dlock/errors.hpp"
+
+namespace dlock::backends {
+namespace zookeeper {
+namespace {
+
+using std::chrono::milliseconds;
+constexpr const char* kName = "zookeeper";
+constexpr milliseconds kDefaultSessionTimeout{10'000};
+constexpr milliseconds kDefaultConnectTimeout{10'000};
+
+struct Settings {
+  SessionSettings session;
+  std::string root = "/dlock";
+};
+
+// Wakes one waiting call: its predecessor's node changed, or the session ended.
+struct Signal {
+  std::mutex mutex;
+  std::condition_variable cv;
+  bool fired = false;
+  void fire() {
+    {
+      std::lock_guard lock(mutex);
+      fired = true;
+    }
+    cv.notify_all();
+  }
+};
+
+// Where an acquisition's node is, as this client last saw it.
+struct Place {
+  std::string path;
+  std::uint32_t holds = 1;
+  int version = 0;
+  bool watched = false;
+  bool releasing = false;  // its last release is under way: the node's deletion is ours
+};
+
+class ZooKeeperBackend;
+
+// An attempt's view of the key: its own node (if it made one) and the queue.
+struct Look {
+  std::shared_ptr<Session> session;
+  std::string node;  // the caller's own node's path, empty when none
+  Stat stat{};       // of that node
+  std::vector<Child> queue;
+  std::size_t index = 0;  // of the caller's node in the queue
+};
+
+class ZooKeeperBackend final : public backend::Backend {
+ public:
+  explicit ZooKeeperBackend(Settings settings) : settings_(std::move(settings)) { session(); }
+
+  std::string_view name() const noexcept override { return kName; }
+  backend::Capabilities capabilities() const noexcept override {
+    // A holder's node lives as long as its session: a killed holder frees the key when the
+    // ensemble expires the session (the lease), a process that exits closes it at once.
+    return {.spans_processes = true,
+            .lease_is_the_session = true,
+            .records_acquisition_time = true,
+            .counts_waiters = true,
+            .notifies_evictions = true};
+  }
+
+  backend::AcquireResult acquire(const backend::AcquireRequest& request) override {
+    for (;;) {
+      Look look = enqueue(request);
+      std::optional<backend::AcquireResult> result;
+      try {
+        result = settle(request, look, nullptr);
+      } catch (...) {
+        // A try-once call leaves no node behind, whatever failed.
+        try {
+          if (!look.node.empty()) drop(*look.session, look.node, request.key);
+        } catch (...) {
+        }
+        throw;
+      }
+      if (result) return *result;
+    }
+  }
+
+  std::unique_ptr<backend::Waiter> waiter(const backend::AcquireRequest& request) override;
+
+  bool renew(const backend::LeaseRef& lease, milliseconds) override {
+    auto s = session();
+    auto place = find(s, lease);
+    if (!place) return false;
+    // Each renewal watches the node again if the last watch fired: a force-release reaches the
+    // holder at once.
+    auto reply = place->watched ? s->get(place->path) : s->get(place->path, watch_for(lease.key, place->path));
+    const int rc = reply.rc();
+    if (rc == ZNONODE) {
+      forget(lease);
+      return false;
+    }
+    check(rc, "renew", lease.key);
+    const auto data = from_data(reply.value().data);
+    if (!data || data->owner != lease.owner || data->evicted ||
+        static_cast<std::uint64_t>(reply.value().stat.czxid) != lease.token) {
+      return false;
+    }
+    remember(lease, place->path, data->holds, reply.value().stat.version);
+    return true;
+  }
+
+
+  std::optional<std::uint32_t> release(const backend::LeaseRef& lease) override {
+    auto s = session();
+    auto place = find(s, lease);
+    if (!place) return std::nullopt;
+    for (int attempt = 0; attempt < 100; ++attempt) {
+      if (place->holds <= 1) {
+        releasing(lease);
+        const auto [rc, retried] = remove_surely(*s, place->path, place->version);
+        if (rc == ZOK || (rc == ZNONODE && retried)) {  // gone: by this release, if retried
+          forget(lease);
+          return 0;
+        }
+        if (rc == ZNONODE) {
+          forget(lease);
+          return std::nullopt;
+        }
+        if (rc != ZBADVERSION) check(rc, "release", lease.key, Write::yes);
+      } else {
+        NodeData data{std::string(lease.owner), place->holds - 1, s->timeout()};
+        auto reply = s->set(place->path, to_data(data), place->version);
+        const int rc = reply.rc();
+        if (rc == ZOK) {
+          remember(lease, place->path, data.holds, reply.value().stat.version);
+          return data.holds;
+        }
+        if (rc == ZNONODE) {
+          forget(lease);
+          return std::nullopt;
+        }
+        if (rc != ZBADVERSION) check(rc, "release", lease.key, Write::yes);
+      }
+      // Changed since this client saw it: a re-entry by another client of the owner, or a
+      // force-release with a lock delay, which the release acknowledges by deleting the node.
+      auto reply = s->get(place->path);
+      const int rc = reply.rc();
+      if (rc == ZNONODE) {
+        forget(lease);
+        return std::nullopt;
+      }
+      check(rc, "release", lease.key);
+      const auto data = from_data(reply.value().data);
+      if (!data || data->owner != lease.owner) return std::nullopt;
+      place->version = reply.value().stat.version;
+      place->holds = data->holds;
+      if (data->evicted) {
+        s->remove(place->path, -1).rc();
+        forget(lease);
+        return std::nullopt;
+      }
+    }
+    throw BackendError("'" + std::string(lease.key) + "' kept changing during release", kName, std::string(lease.key),
+                       true);
+  }
+
+  std::optional<LockInfo> inspect(std::string_view key) override {
+    auto s = session();
+    for (;;) {
+      auto names = s->children(key_path(key));
+      if (names.rc() == ZNONODE) return std::nullopt;
+      check(names.rc(), "inspect", key);
+      const auto queue = queue_of(names.value());
+      if (queue.empty()) return std::nullopt;
+      if (auto info = holder(*s, key, queue)) return info;
+    }
+  }
+
+  ListPage list(std::string_view prefix, std::string_view after, std::size_t limit) override {
+    ListPage page;
+    if (limit == 0) return page;
+    auto s = session();
+    auto names = s->children(settings_.root);
+    if (names.rc() == ZNONODE) return page;
+    check(names.rc(), "list", prefix);
+    std::vector<std::string> keys;
+    for (const auto& name : names.value()) {
+      auto key = decode_key(name);
+      if (!key || key->compare(0, prefix.size(), prefix) != 0 || (!after.empty() && *key <= after)) continue;
+      keys.push_back(std::move(*key));
+    }
+    std::sort(keys.begin(), keys.end());
+    constexpr std::size_t kBatch = 64;  // requests in flight at once
+    for (std::size_t start = 0; start < keys.size(); start += kBatch) {
+      const std::size_t end = std::min(keys.size(), start + kBatch);
+      std::vector<Reply<std::vector<std::string>>> queues;
+      for (std::size_t i = start; i < end; ++i) queues.push_back(s->children(key_path(keys[i])));
+      for (std::size_t i = start; i < end; ++i) {
+        auto& reply = queues[i - start];
+        if (reply.rc() == ZNONODE) continue;
+        check(reply.rc(), "list", keys[i]);
+        const auto queue = queue_of(reply.value());
+        if (queue.empty()) continue;
+        auto info = holder(*s, keys[i], queue);
+        if (!info) continue;  // released meanwhile
+        if (page.locks.size() == limit) {
+          page.next_after = page.locks.back().key;
+          return page;
+        }
+        page.locks.push_back(std::move(*info));
+      }
+    }
+    return page;
+  }
+
+  std::optional<LockInfo> force_release(std::string_view key, Eviction eviction) override {
+    auto s = session();
+    for (int attempt = 0; attempt < 100; ++attempt) {
+      auto names = s->children(key_path(key));
+      if (names.rc() == ZNONODE) return std::nullopt;
+      check(names.rc(), "force-release", key);
+      const auto queue = queue_of(names.value());
+      if (queue.empty()) return std::nullopt;
+      const std::string path = key_path(key) + "/" + queue.front().name;
+      auto reply = s->get(path);
+      if (reply.rc() == ZNONODE) continue;
+      check(reply.rc(), "force-release", key);
+      const auto data = from_data(reply.value().data);
+      if (!data) continue;
+      LockInfo info = to_info(key, reply.value().stat, *data, queue.size() - 1);
+      int rc = ZOK;
+      if (eviction == Eviction::immediate) {
+        rc = s->remove(path, -1).rc();
+      } else if (!data->evicted) {
+        NodeData closed = *data;
+        closed.evicted = true;
+        rc = s->set(path, to_data(closed), reply.value().stat.version).rc();
+      }
+      if (rc == ZNONODE || rc == ZBADVERSION) continue;  // it changed hands meanwhile
+      check(rc, "force-release", key);
+      return info;
+    }
+    throw BackendError("'" + std::string(key) + "' kept changing hands during force-release", kName, std::string(key),
+                       true);
+  }
+
+  bool watch(std::shared_ptr<backend::Events> events) override {
+    std::lock_guard lock(mutex_);
+    events_ = std::move(events);
+    return true;
+  }
+
+  void ping() override { check(session()->exists("/").rc(), "ping", {}); }
+
+  // Container nodes go by themselves; this removes the empty ones now. Tokens are zxids, so
+  // nothing about fencing is kept in them.
+  std::size_t collect_idle() override {
+    auto s = session();
+    auto names = s->children(settings_.root);
+    if (names.rc() == ZNONODE) return 0;
+    check(names.rc(), "collect_idle", {});
+    std::vector<Reply<Node>> removals;
+    for (const auto& name : names.value()) removals.push_back(s->remove(settings_.root + "/" + name, -1));
+    return static_cast<std::size_t>(
+        std::count_if(removals.begin(), removals.end(), [](const Reply<Node>& r) { return r.rc() == ZOK; }));
+  }
+
+  // ---- for the waiter ----
+
+  std::shared_ptr<Session> session() {
+    std::shared_ptr<Session> old;  // destroyed by whoever drops it last, never under mutex_
+    {
+      std::lock_guard lock(mutex_);
+      if (session_ && !session_->expired()) return session_;
+    }
+    // Connecting takes a round trip or more: not under mutex_. Two threads may both connect;
+    // the first to finish is kept.
+    auto fresh = std::make_shared<Session>(settings_.session, [this] { expired(); });
+    std::lock_guard lock(mutex_);
+    if (session_ && !session_->expired()) return session_;
+    old = std::exchange(session_, std::move(fresh));
+    return session_;
+  }
+
+  // Makes the caller's node and reads the queue, in one round trip.
+  Look enqueue(const backend::AcquireRequest& request) {
+    Look look;
+    look.session = session();
+    Session& s = *look.session;
+    const std::string dir = key_path(request.key);
+    const std::string data = to_data(NodeData{std::string(request.owner), 1, s.timeout()});
+    const std::string tag = owner_tag(request.owner);
+    const std::string attempt_id = attempt_tag();
+    for (int attempt = 0;; ++attempt) {
+      auto made = s.create(dir + "/" + tag + "-" + attempt_id + "-", data, ZOO_EPHEMERAL_SEQUENTIAL);
+      auto names = s.children(dir);
+      const int rc = made.rc();
+      if (rc == ZNONODE && attempt < 3) {
+        names.rc();
+        make_key_node(s, request.key);
+        continue;
+      }
+      if (lost_connection(rc) && attempt < 3 && s.wait_connected(deadline_for(s))) {
+        // The create may have been made: find it by its attempt tag, or make it now.
+        if (found(look, request.key, attempt_id)) return look;
+        continue;
+      }
+      check(rc, "acquire", request.key, Write::yes);
+      look.node = made.value().data;
+      look.stat = made.value().stat;
+      check(names.rc(), "acquire", request.key);
+      look.queue = queue_of(names.value());
+      locate(look);
+      return look;
+    }
+  }
+
+  // The caller's node made by an attempt whose answer was lost, if the ensemble made it.
+  bool found(Look& look, std::string_view key, const std::string& attempt_id) {
+    auto names = look.session->children(key_path(key));
+    if (names.rc() == ZNONODE) return false;
+    check(names.rc(), "acquire", key);
+    look.queue = queue_of(names.value());
+    for (const auto& child : look.queue) {
+      if (child.attempt != attempt_id) continue;
+      look.node = key_path(key) + "/" + child.name;
+      auto stat = look.session->exists(look.node);
+      if (stat.rc() == ZNONODE) return false;
+      check(stat.rc(), "acquire", key);
+      look.stat = stat.value().stat;
+      return locate(look);
+    }
+    return false;
+  }
+
+  // Reads the queue again for a caller whose node exists; false when that node is gone.
+  bool refresh(Look& look, std::string_view key) {
+    auto names = look.session->children(key_path(key));
+    if (names.rc() == ZNONODE) return false;
+    check(names.rc(), "acquire", key);
+    look.queue = queue_of(names.value());
+    return locate(look);
+  }
+
+  // The answer to an attempt from its look: Acquired, a re-entry, or Busy. Without a waiting
+  // call (`wake` null) the caller's node is removed again unless it holds. Nothing when the
+  // attempt must be made again (the queue changed under it).
+  std::optional<backend::AcquireResult> settle(const backend::AcquireRequest& request, Look& look,
+                                               const std::shared_ptr<Signal>& wake) {
+    Session& s = *look.session;
+    const std::string dir = key_path(request.key);
+    if (look.index == 0) {
+      const auto token = static_cast<std::uint64_t>(look.stat.czxid);
+      const backend::LeaseRef lease{request.key, request.owner, token};
+      remember(lease, look.node, 1, look.stat.version);
+      arm(s, lease);
+      return backend::Acquired{token, 1, std::nullopt, s.timeout()};
+    }
+    const Child& first = look.queue.front();
+    const std::string first_path = dir + "/" + first.name;
+    auto holder_reply = s.get(first_path);
+    std::optional<Reply<Node>> predecessor;
+    if (wake) {
+      predecessor.emplace(s.exists(dir + "/" + look.queue[look.index - 1].name, [wake] { wake->fire(); }));
+    }
+    const int rc = holder_reply.rc();
+    if (predecessor && predecessor->rc() == ZNONODE) wake->fire();  // gone already: look again at once
+    if (rc == ZNONODE) {
+      if (!wake) {
+        drop(s, look.node, request.key);
+        look.node.clear();
+      }
+      return wake ? std::optional<backend::AcquireResult>(backend::Busy{std::nullopt, milliseconds(0)}) : std::nullopt;
+    }
+    check(rc, "acquire", request.key);
+    const auto data = from_data(holder_reply.value().data);
+    if (data && first.tag == owner_tag(request.owner) && data->owner == request.owner && !data->evicted) {
+      // A re-entry: the holder is this owner. The caller's own node goes.
+      drop(s, look.node, request.key);
+      look.node.clear();
+      NodeData more = *data;
+      ++more.holds;
+      auto set = s.set(first_path, to_data(more), holder_reply.value().stat.version);
+      if (set.rc() == ZNONODE || set.rc() == ZBADVERSION) return std::nullopt;
+      check(set.rc(), "acquire", request.key, Write::yes);
+      const auto token = static_cast<std::uint64_t>(holder_reply.value().stat.czxid);
+      const backend::LeaseRef lease{request.key, request.owner, token};
+      remember(lease, first_path, more.holds, set.value().stat.version);
+      return backend::Acquired{token, more.holds, std::nullopt, s.timeout()};
+    }
+    if (!wake) {
+      drop(s, look.node, request.key);
+      look.node.clear();
+    }
+    if (!data) return backend::Busy{std::nullopt, milliseconds(0)};
+    LockInfo info = to_info(request.key, holder_reply.value().stat, *data, look.queue.size() - 1);
+    // Its node goes when it releases or its session ends, and the watch fires; the core's
+    // bound on the wait is only a fallback.
+    const auto retry = std::max(data->session_timeout, milliseconds(1000));
+    return backend::Busy{std::move(info), retry};
+  }
+
+  // Removes a node the caller no longer wants; if the ensemble cannot be told, the session's
+  // end removes it.
+  void drop(Session& s, const std::string& node, std::string_view key) {
+    if (node.empty()) return;
+    const int rc = remove_surely(s, node, -1).first;
+    if (rc != ZOK && rc != ZNONODE) {
+      throw ConnectionError("could not remove this client's queue node for '" + std::string(key) + "' (" +
+                                zerror(rc) + "); it goes when the session ends",
+                            kName, std::string(key));
+    }
+  }
+
+  std::string key_path(std::string_view key) const { return settings_.root + "/" + encode_key(key); }
+
+ private:
+  // Finds the caller's node in the queue; false when it is not there.
+  static bool locate(Look& look) {
+    const auto slash = look.node.rfind('/');
+    const std::string name = look.node.substr(slash + 1);
+    for (std::size_t i = 0; i < look.queue.size(); ++i) {
+      if (look.queue[i].name == name) {
+        look.index = i;
+        return true;
+      }
+    }
+    return false;
+  }
+
+  // The first node's holder, with the waiters behind it; nothing when it went meanwhile.
+  std::optional<LockInfo> holder(Session& s, std::string_view key, const std::vector<Child>& queue) {
+    auto reply = s.get(key_path(key) + "/" + queue.front().name);
+    if (reply.rc() == ZNONODE) return std::nullopt;
+    check(reply.rc(), "inspect", key);
+    const auto data = from_data(reply.value().data);
+    if (!data) return std::nullopt;
+    return to_info(key, reply.value().stat, *data, queue.size() - 1);
+  }
+
+  static LockInfo to_info(std::string_view key, const Stat& stat, const NodeData& data, std::size_t waiters) {
+    LockInfo info;
+    info.key = std::string(key);
+    info.owner = data.owner;
+    info.token = static_cast<std::uint64_t>(stat.czxid);
+    info.hold_count = data.evicted ? 0 : data.holds;
+    // Held until its holder releases it or its session ends: at most this long after the
+    // holder's last contact with the ensemble.
+    info.ttl_left = data.session_timeout;
+    // ctime is the ensemble's clock when the node was made, read here against this host's.
+    const auto now_ms = std::chrono::duration_cast<milliseconds>(std::chrono::system_clock::now().time_since_epoch());
+    info.held_for = std::max(milliseconds(0), now_ms - milliseconds(stat.ctime));
+    info.waiters = static_cast<std::uint32_t>(waiters);
+    info.evicted = data.evicted;
+    return info;
+  }
+
+  void make_key_node(Session& s, std::string_view key) {
+    // The root's ancestors and the root: persistent; the key's node: a container, which the
+    // ensemble deletes some time after its last child goes.
+    for (std::size_t at = 1; at <= settings_.root.size(); ++at) {
+      if (at != settings_.root.size() && settings_.root[at] != '/') continue;
+      // Parents above dlock's own path stay open to other users; the path itself is the ACL's.
+      const int rc = s.create(settings_.root.substr(0, at), "", 0, at != settings_.root.size()).rc();
+      if (rc != ZOK && rc != ZNODEEXISTS) check(rc, "create " + settings_.root.substr(0, at), key);
+    }
+    const int rc = s.create(key_path(key), "", ZOO_CONTAINER).rc();
+    if (rc != ZOK && rc != ZNODEEXISTS) check(rc, "acquire", key);
+  }
+
+  // The node of an acquisition: as this client remembers it, or found in the queue (another
+  // client of the same owner took it).
+  std::optional<Place> find(const std::shared_ptr<Session>& s, const backend::LeaseRef& lease) {
+    {
+      std::lock_guard lock(mutex_);
+      const auto it = places_.find({std::string(lease.key), std::string(lease.owner), lease.token});
+      if (it != places_.end()) return it->second;
+    }
+    auto names = s->children(key_path(lease.key));
+    if (names.rc() == ZNONODE) return std::nullopt;
+    check(names.rc(), "find", lease.key);
+    const std::string tag = owner_tag(lease.owner);
+    for (const auto& child : queue_of(names.value())) {
+      if (child.tag != tag) continue;
+      const std::string path = key_path(lease.key) + "/" + child.name;
+      auto reply = s->get(path);
+      if (reply.rc() != ZOK || static_cast<std::uint64_t>(reply.value().stat.czxid) != lease.token) continue;
+      const auto data = from_data(reply.value().data);
+      if (!data || data->owner != lease.owner) continue;
+      return Place{path, data->holds, reply.value().stat.version};
+    }
+    return std::nullopt;
+  }
+
+  void remember(const backend::LeaseRef& lease, const std::string& path, std::uint32_t holds, int version) {
+    std::lock_guard lock(mutex_);
+    auto& place = places_[{std::string(lease.key), std::string(lease.owner), lease.token}];
+    place.path = path;
+    place.holds = holds;
+    place.version = version;
+  }
+
+  void releasing(const backend::LeaseRef& lease) {
+    std::lock_guard lock(mutex_);
+    const auto it = places_.find({std::string(lease.key), std::string(lease.owner), lease.token});
+    if (it != places_.end()) it->second.releasing = true;
+  }
+
+  void forget(const backend::LeaseRef& lease) {
+    std::lock_guard lock(mutex_);
+    places_.erase({std::string(lease.key), std::string(lease.owner), lease.token});
+  }
+
+  // Watches a new holder's node, so that a force-release reaches it at once. Not waited for:
+  // the answer comes before any later request's on the session.
+  void arm(Session& s, const backend::LeaseRef& lease) {
+    std::string path;
+    {
+      std::lock_guard lock(mutex_);
+      auto& place = places_[{std::string(lease.key), std::string(lease.owner), lease.token}];
+      if (place.watched) return;
+      place.watched = true;
+      path = place.path;
+    }
+    s.get(path, watch_for(lease.key, path));
+  }
+
+  // What a holder's node watch does: the core checks the key (inspect) and finds whether the
+  // change (a delete, an eviction mark, another client's re-entry) ended this acquisition.
+  Session::Watch watch_for(std::string_view key, const std::string& path) {
+    std::lock_guard lock(mutex_);
+    for (auto& [id, place] : places_) {
+      if (place.path == path) place.watched = true;
+    }
+    return [this, key = std::string(key), path] {
+      std::shared_ptr<backend::Events> events;
+      {
+        std::lock_guard guard(mutex_);
+        bool ours = false;
+        for (auto& [id, place] : places_) {
+          if (place.path != path) continue;
+          place.watched = false;
+          ours = ours || place.releasing;
+        }
+        if (!ours) events = events_;
+      }
+      if (events) events->evicted(key);
+    };
+  }
+
+  // On the client's completion thread: every node of the session is gone.
+  void expired() {
+    std::shared_ptr<backend::Events> events;
+    {
+      std::lock_guard lock(mutex_);
+      places_.clear();
+      events = events_;
+    }
+    if (events) events->all_lost("its ZooKeeper session expired (the ensemble did not hear from it in time)");
+  }
+
+  enum class Write { no, yes };
+
+  static bool lost_connection(int rc) { return rc == ZCONNECTIONLOSS || rc == ZOPERATIONTIMEOUT; }
+
+  // How long a request lost with the connection may wait for the session to come back.
+  static std::chrono::steady_clock::time_point deadline_for(const Session& s) {
+    return std::chrono::steady_clock::now() + s.timeout();
+  }
+
+  // Deletes a node, again after a connection loss while the session lives (the ensemble may
+  // have deleted it then: ZNONODE). The answer, and whether the delete was made again.
+  static std::pair<int, bool> remove_surely(Session& s, const std::string& path, int version) {
+    int rc = s.remove(path, version).rc();
+    bool retried = false;
+    for (int attempt = 0; lost_connection(rc) && attempt < 5 && s.wait_connected(deadline_for(s)); ++attempt) {
+      retried = true;
+      rc = s.remove(path, version).rc();
+    }
+    return {rc, retried};
+  }
+
+  // Throws the dlock error for an answer other than ZOK. A write whose connection was lost
+  // may have been made: its outcome is unknown.
+  static void check(int rc, const std::string& what, std::string_view key, Write write = Write::no) {
+    if (rc == ZOK) return;
+    const std::string message = "ZooKeeper could not " + what + " (" + zerror(rc) + ")";
+    if (write == Write::yes && lost_connection(rc)) {
+      throw OutcomeUnknownError(message + ": the connection broke before the answer came", std::string(key), kName);
+    }
+    switch (rc) {
+      case ZCONNECTIONLOSS:
+      case ZOPERATIONTIMEOUT:
+      case ZSESSIONEXPIRED:
+      case ZINVALIDSTATE:
+      case ZCLOSING:
+        throw ConnectionError(message, kName, std::string(key));
+      case ZNOAUTH:
+      case ZAUTHFAILED:
+        throw ConfigurationError(message + ": the URL's user may not use these nodes; give it the digest credentials "
+                                           "that made them (zookeeper://USER:PASSWORD@...)",
+                                 kName);
+      default:
+        throw BackendError(message, kName, std::string(key));
+    }
+  }
+
+  const Settings settings_;
+  std::mutex mutex_;  // never held while waiting for an answer
+  std::shared_ptr<Session> session_;
+  std::shared_ptr<backend::Events> events_;
+  std::map<std::tuple<std::string, std::string, std::uint64_t>, Place> places_;
+};
+
+// A waiting call's place in the queue: its node, made by the first attempt and kept until the
+// call ends, and a watch on the node before it.
+class QueueWaiter final : public backend::Waiter {
+ public:
+  QueueWaiter(ZooKeeperBackend& backend, const backend::AcquireRequest& request)
+      : backend_(backend), key_(request.key), owner_(request.owner), ttl_(request.ttl) {}
+  ~QueueWaiter() override {
+    if (look_.node.empty()) return;
+    try {
+      backend_.drop(*look_.session, look_.node, key_);
+    } catch (...) {
+      // Unreachable: the node goes with the session.
+    }
+  }
+  QueueWaiter(const QueueWaiter&) = delete;
+  QueueWaiter& operator=(const QueueWaiter&) = delete;
+
+  backend::AcquireResult attempt() override {
+    const backend::AcquireRequest request{key_, owner_, ttl_};
+    for (;;) {
+      if (look_.node.empty() || look_.session != backend_.session() || !backend_.refresh(look_, key_)) {
+        // First attempt, or the node went with a session that ended: queue (again).
+        look_ = Look{};
+        look_ = backend_.enqueue(request);
+      }
+      auto result = backend_.settle(request, look_, signal_);
+      if (!result) continue;
+      if (std::holds_alternative<backend::Acquired>(*result)) look_.node.clear();  // the lease's now
+      return *result;
+    }
+  }
+
+  void wait_until(std::chrono::steady_clock::time_point deadline) override {
+    std::unique_lock lock(signal_->mutex);
+    signal_->cv.wait_until(lock, deadline, [&] { return signal_->fired; });
+    signal_->fired = false;
+  }
+
+ private:
+  ZooKeeperBackend& backend_;
+  const std::string key_;
+  const std::string owner_;
+  const milliseconds ttl_;
+  const std::shared_ptr<Signal> signal_ = std::make_shared<Signal>();
+  Look look_;
+};
+
+std::unique_ptr<backend::Waiter> ZooKeeperBackend::waiter(const backend::AcquireRequest& request) {
+  return std::make_unique<QueueWaiter>(*this, request);
+}
+
+}  // namespace
+}  // namespace zookeeper
+
+std::shared_ptr<backend::Backend> make_zookeeper_backend(const core::Url& url) {
+  const std::string form = "zookeeper://[USER:PASSWORD@]HOST:PORT[,HOST:PORT...][/PATH][?session_timeout=10s]";
+  core::UrlOptions options(url);
+  zookeeper::Settings settings;
+  settings.session.shown = url.redacted();
+  settings.session.session_timeout = options.take_duration("session_timeout").value_or(zookeeper::kDefaultSessionTimeout);
+  settings.session.connect_timeout = options.take_duration("connect_timeout").value_or(zookeeper::kDefaultConnectTimeout);
+  options.finish();
+  if (url.host.empty()) {
+    throw ConfigurationError("zookeeper:// needs its servers, as in " + form + "; got " + url.redacted(), "zookeeper");
+  }
+  if (settings.session.session_timeout.count() <= 0 || settings.session.connect_timeout.count() <= 0) {
+    throw ConfigurationError("zookeeper:// session_timeout and connect_timeout must be positive; got " + url.redacted(),
+                             "zookeeper");
+  }
+  settings.session.hosts = url.host;
+  if (url.port) settings.session.hosts += ":" + std::to_string(*url.port);
+  settings.session.user = url.user;
+  settings.session.password = url.password;
+  if (!url.password.empty() && url.user.empty()) {
+    throw ConfigurationError("zookeeper:// digest auth needs a user and a password (USER:PASSWORD@); got " +
+                                 url.redacted(),
+                             "zookeeper");
+  }
+  if (!url.path.empty() && url.path != "/") {
+    settings.root = url.path;
+    while (settings.root.size() > 1 && settings.root.back() == '/') settings.root.pop_back();
+    if (settings.root.find("//") != std::string::npos || settings.root.find("/./") != std::string::npos ||
+        settings.root.find("/../") != std::string::npos) {
+      throw ConfigurationError("zookeeper:// path '" + url.path + "' is not a node path (" + form + ")", "zookeeper");
+    }
+  }
+  return std::make_shared<zookeeper::ZooKeeperBackend>(std::move(settings));
+}
+
+}  // namespace dlock::backends
