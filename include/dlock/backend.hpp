@@ -143,8 +143,6 @@ struct Capabilities {
   bool lease_is_the_session = false;
   // LockInfo::held_for is filled in (false: the store never records when a lock was taken).
   bool records_acquisition_time = false;
-  // activity() returns the store's totals (false: it keeps none and answers nothing).
-  bool keeps_activity = false;
   // inspect() and list() say how many clients wait for a key (LockInfo::waiters).
   bool counts_waiters = false;
   // watch() pushes force-releases: an evicted holder learns of a force-release within about
@@ -152,6 +150,18 @@ struct Capabilities {
   // channel cannot be set up at the time (the store is unreachable); holders then learn at
   // their next renewal.
   bool notifies_evictions = false;
+};
+
+// What clients did (Activity), kept by a store for `dlock serve`'s /metrics: a concern of its
+// own beside locking (Backend::activity), which a store may leave out.
+class DLOCK_EXPORT ActivityLedger {
+ public:
+  virtual ~ActivityLedger() = default;
+  // Adds one client's counters to the totals, atomically. Called every few seconds per busy
+  // client, so it must not contend with locks.
+  virtual void add(const Activity& delta) = 0;
+  // The totals since the store was created.
+  virtual Activity totals() = 0;
 };
 
 class DLOCK_EXPORT Backend {
@@ -202,11 +212,9 @@ class DLOCK_EXPORT Backend {
   // Removes state of keys that are free, keeping fencing monotonic. Returns keys removed.
   virtual std::size_t collect_idle() { return 0; }
 
-  // Adds one client's counters to the store's totals, atomically; stores that keep no totals
-  // ignore it. Called every few seconds per busy client, so it must not contend with locks.
-  virtual void add_activity(const Activity& /*delta*/) {}
-  // The store's totals since it was created, or nothing where it keeps none.
-  virtual std::optional<Activity> activity() { return std::nullopt; }
+  // Where the store keeps activity totals, or null where it keeps none; as long-lived as the
+  // backend.
+  virtual ActivityLedger* activity() noexcept { return nullptr; }
 };
 
 }  // namespace dlock::backend

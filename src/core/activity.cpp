@@ -36,7 +36,7 @@ void ActivityCounters::flush(backend::Backend& backend) {
   const Activity now = totals();
   const Activity delta = now - flushed_;
   if (delta.empty()) return;
-  backend.add_activity(delta);
+  if (auto* ledger = backend.activity()) ledger->add(delta);
   flushed_ = now;
 }
 

@@ -646,7 +646,10 @@ std::size_t Client::collect_idle() const { return state_->backend->collect_idle(
 
 Activity Client::activity() const { return state_->activity.totals(); }
 
-std::optional<Activity> Client::store_activity() const { return state_->backend->activity(); }
+std::optional<Activity> Client::store_activity() const {
+  auto* ledger = state_->backend->activity();
+  return ledger ? std::optional<Activity>(ledger->totals()) : std::nullopt;
+}
 
 void Client::flush_activity() const { state_->activity.flush(*state_->backend); }
 

@@ -91,7 +91,7 @@ class LocalBell final : public Bell {
   bool consumed_ = false;
 };
 
-class LocalBackend final : public backend::Backend {
+class LocalBackend final : public backend::Backend, public backend::ActivityLedger {
  public:
   explicit LocalBackend(std::shared_ptr<Store> store) : store_(std::move(store)) {}
   ~LocalBackend() override {
@@ -104,7 +104,7 @@ class LocalBackend final : public backend::Backend {
   std::string_view name() const noexcept override { return "local"; }
   // The store lives in this process: nothing outside it sees its locks or outlives it.
   backend::Capabilities capabilities() const noexcept override {
-    return {.records_acquisition_time = true, .keeps_activity = true, .notifies_evictions = true};
+    return {.records_acquisition_time = true, .notifies_evictions = true};
   }
 
   backend::AcquireResult acquire(const backend::AcquireRequest& r) override {
@@ -226,12 +226,13 @@ class LocalBackend final : public backend::Backend {
 
   void ping() override { std::lock_guard lock(store_->mutex); }
 
-  void add_activity(const Activity& delta) override {
+  backend::ActivityLedger* activity() noexcept override { return this; }
+  void add(const Activity& delta) override {
     std::lock_guard lock(store_->mutex);
     store_->activity += delta;
   }
 
-  std::optional<Activity> activity() override {
+  Activity totals() override {
     std::lock_guard lock(store_->mutex);
     return store_->activity;
   }

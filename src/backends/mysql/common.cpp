@@ -97,8 +97,7 @@ std::unique_ptr<backend::Waiter> ModeBackend::waiter(const backend::AcquireReque
   return std::make_unique<DoorbellChannel>(*this, request);
 }
 
-void ModeBackend::add_activity(const Activity& delta) {
-  if (settings_.mode == "row") return;
+void ModeBackend::add(const Activity& delta) {
   const std::string t = "`" + settings_.table + "_activity`";
   auto connection = take();
   with_retries({}, [&] {
@@ -113,8 +112,7 @@ void ModeBackend::add_activity(const Activity& delta) {
   });
 }
 
-std::optional<Activity> ModeBackend::activity() {
-  if (settings_.mode == "row") return std::nullopt;
+Activity ModeBackend::totals() {
   auto connection = take();
   const auto rows = with_retries({}, [&] {
     return connection->query("SELECT acquisitions, conflicts, waits, wait_us, renewals, losses FROM `" +

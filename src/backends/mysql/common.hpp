@@ -65,7 +65,7 @@ std::uint64_t to_u64(const std::optional<std::string>& text);
 class DoorbellChannel;
 
 // The base of every mode: the pool, the sessions that hold doorbells, retries.
-class ModeBackend : public backend::Backend {
+class ModeBackend : public backend::Backend, public backend::ActivityLedger {
  public:
   explicit ModeBackend(Settings settings) : settings_(std::move(settings)), pool_(settings_.connect) {}
 
@@ -78,8 +78,9 @@ class ModeBackend : public backend::Backend {
   void ping() override;
   // Lease and session modes keep the totals in the lock table's `<table>_activity`; row mode
   // creates nothing, so it keeps none.
-  void add_activity(const Activity& delta) override;
-  std::optional<Activity> activity() override;
+  backend::ActivityLedger* activity() noexcept override { return settings_.mode == "row" ? nullptr : this; }
+  void add(const Activity& delta) override;
+  Activity totals() override;
 
   const Settings& settings() const { return settings_; }
   // The GET_LOCK name of a key's doorbell: a hash, as names are limited to 64 characters.

@@ -252,8 +252,7 @@ class LeaseBackend final : public ModeBackend {
   backend::Capabilities capabilities() const noexcept override {
     return {.spans_processes = true,
             .holds_outlive_the_client = true,
-            .records_acquisition_time = true,
-            .keeps_activity = true};
+            .records_acquisition_time = true};
   }
 
   backend::AcquireResult attempt(const backend::AcquireRequest& request, DoorbellChannel* through) override {

@@ -138,8 +138,7 @@ class SessionBackend final : public ModeBackend {
     return {.spans_processes = true,
             .frees_when_holder_dies = true,
             .lease_is_the_session = true,
-            .records_acquisition_time = true,
-            .keeps_activity = true};
+            .records_acquisition_time = true};
   }
 
   backend::AcquireResult attempt(const backend::AcquireRequest& request, DoorbellChannel* channel) override {

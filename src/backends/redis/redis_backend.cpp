@@ -43,7 +43,7 @@ struct Settings {
 
 class WaitChannel;
 
-class RedisBackend final : public backend::Backend {
+class RedisBackend final : public backend::Backend, public backend::ActivityLedger {
  public:
   explicit RedisBackend(Settings settings)
       : settings_(std::move(settings)), pool_(settings_.endpoint), scripts_(kSources), waiter_prefix_(random_hex()) {
@@ -61,7 +61,6 @@ class RedisBackend final : public backend::Backend {
     return {.spans_processes = true,
             .holds_outlive_the_client = true,
             .records_acquisition_time = true,
-            .keeps_activity = true,
             .counts_waiters = true,
             .notifies_evictions = true};
   }
@@ -125,13 +124,14 @@ class RedisBackend final : public backend::Backend {
     }
   }
 
-  void add_activity(const Activity& delta) override {
+  backend::ActivityLedger* activity() noexcept override { return this; }
+  void add(const Activity& delta) override {
     const std::vector<std::string> counts = activity_counts(delta);
     auto connection = take({});
     run(*connection, kAddActivity, {store_.activity}, {counts.begin(), counts.end()}, {});
   }
 
-  std::optional<Activity> activity() override {
+  Activity totals() override {
     auto connection = take({});
     std::vector<std::string_view> command{"HMGET", store_.activity};
     command.insert(command.end(), std::begin(kActivityFields), std::end(kActivityFields));

@@ -139,7 +139,7 @@ struct Grant {
 };
 
 
-class RedlockBackend final : public backend::Backend {
+class RedlockBackend final : public backend::Backend, public backend::ActivityLedger {
  public:
   explicit RedlockBackend(Settings settings);
 
@@ -148,7 +148,6 @@ class RedlockBackend final : public backend::Backend {
     return {.spans_processes = true,
             .holds_outlive_the_client = true,
             .records_acquisition_time = true,
-            .keeps_activity = true,
             .notifies_evictions = true};
   }
   backend::AcquireResult acquire(const backend::AcquireRequest& request) override;
@@ -161,8 +160,9 @@ class RedlockBackend final : public backend::Backend {
   std::unique_ptr<backend::Waiter> waiter(const backend::AcquireRequest& request) override;
   void ping() override;
   std::size_t collect_idle() override;
-  void add_activity(const Activity& delta) override;
-  std::optional<Activity> activity() override;
+  backend::ActivityLedger* activity() noexcept override { return this; }
+  void add(const Activity& delta) override;
+  Activity totals() override;
 
   // For the bell channel.
   Keys keys(std::string_view key) const { return Keys(settings_.ns, key, store_); }
@@ -584,7 +584,7 @@ std::size_t RedlockBackend::collect_idle() {
   return removed;
 }
 
-void RedlockBackend::add_activity(const Activity& delta) {
+void RedlockBackend::add(const Activity& delta) {
   // The totals are the sum over the servers: each delta goes to one that answers.
   const std::vector<std::string> counts = redis::activity_counts(delta);
   std::vector<Answer> answers(servers_.size());
@@ -605,7 +605,7 @@ void RedlockBackend::add_activity(const Activity& delta) {
   no_majority(answers, {}, "cannot add activity");
 }
 
-std::optional<Activity> RedlockBackend::activity() {
+Activity RedlockBackend::totals() {
   Args command{"HMGET", store_.activity};
   command.insert(command.end(), std::begin(redis::kActivityFields), std::end(redis::kActivityFields));
   const auto answers = round({std::nullopt, {}, everyone(command)}, settings_.command_timeout);

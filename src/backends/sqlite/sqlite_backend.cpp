@@ -413,7 +413,7 @@ void skip_page_cache_preallocation() {
   std::call_once(once, [] { sqlite3_config(SQLITE_CONFIG_PAGECACHE, nullptr, 0, 0); });
 }
 
-class SqliteBackend final : public backend::Backend {
+class SqliteBackend final : public backend::Backend, public backend::ActivityLedger {
  public:
   SqliteBackend(const std::string& path, int busy_ms) : busy_ms_(busy_ms) {
     skip_page_cache_preallocation();
@@ -452,7 +452,6 @@ class SqliteBackend final : public backend::Backend {
     return {.spans_processes = true,
             .holds_outlive_the_client = true,
             .records_acquisition_time = true,
-            .keeps_activity = true,
             .notifies_evictions = true};
   }
 
@@ -590,7 +589,8 @@ class SqliteBackend final : public backend::Backend {
     return static_cast<std::size_t>(sqlite3_changes64(connection->db()));
   }
 
-  void add_activity(const Activity& delta) override {
+  backend::ActivityLedger* activity() noexcept override { return this; }
+  void add(const Activity& delta) override {
     Borrowed connection(*this);
     ensure_table(*connection, activity_table_ready_, kActivitySchema);
     Query query(*connection, kAddActivity);
@@ -602,7 +602,7 @@ class SqliteBackend final : public backend::Backend {
     query.run();
   }
 
-  std::optional<Activity> activity() override {
+  Activity totals() override {
     Borrowed connection(*this);
     ensure_table(*connection, activity_table_ready_, kActivitySchema);
     Query query(*connection, kActivity);
