@@ -145,6 +145,9 @@ struct Capabilities {
   bool records_acquisition_time = false;
   // inspect() and list() say how many clients wait for a key (LockInfo::waiters).
   bool counts_waiters = false;
+  // inspect() and list() name the waiting owners in the order they will get the key
+  // (LockInfo::queue).
+  bool names_waiters = false;
   // watch() pushes force-releases: an evicted holder learns of a force-release within about
   // a second, not at its next renewal. watch() may still answer false when the push
   // channel cannot be set up at the time (the store is unreachable); holders then learn at

@@ -70,6 +70,9 @@ class DLOCK_EXPORT Lease {
   // Conservative end of the lease by this process's steady clock: the time the latest
   // successful acquire or renew was *sent*, plus the TTL, minus the safety margin.
   std::chrono::steady_clock::time_point valid_until() const noexcept;
+  // The lease's length: the TTL asked for, or less where the store grants less (a session
+  // store's lease is its session timeout). Renewals come at a third of it.
+  std::chrono::milliseconds ttl() const noexcept;
   // True once the lease is known lost or expired. A released lease is not lost.
   bool lost() const noexcept;
   // True while this hold has not been released and the lease is not lost.

@@ -18,6 +18,8 @@ namespace dlock {
 inline constexpr std::size_t kMaxKeyBytes = 1024;
 // Owners are 1..kMaxOwnerBytes bytes of printable ASCII without spaces.
 inline constexpr std::size_t kMaxOwnerBytes = 128;
+// The most waiting owners LockInfo::queue names.
+inline constexpr std::size_t kQueueShown = 32;
 
 // A held lock as the backend sees it. ttl_left is measured by the backend's clock at the
 // moment it answered; it says nothing about the caller's clock.
@@ -33,6 +35,9 @@ struct LockInfo {
   // Clients queued for the key, where the store keeps a queue (redis://; inspect and list
   // only); nothing elsewhere.
   std::optional<std::uint32_t> waiters;
+  // The waiting owners, first in line first, where the store keeps its queue in order
+  // (zookeeper://, up to kQueueShown of them; inspect and list only); nothing elsewhere.
+  std::optional<std::vector<std::string>> queue;
   // Force-released with a lock delay (Eviction::delayed): the holder has been told its lease is
   // gone, and the key stays closed to new holders until that holder releases it (acknowledging
   // the loss) or its lease runs out, whichever is first. hold_count is 0 then.

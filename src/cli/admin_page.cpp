@@ -103,6 +103,7 @@ const char* const kAdminPage = R"page(<!doctype html>
         <dt>Holds</dt><dd id="detail-holds"></dd>
         <dt>Acquired (UTC)</dt><dd id="detail-acquired"></dd>
         <dt>Waiters</dt><dd id="detail-waiters"></dd>
+        <dt>Queue</dt><dd id="detail-queue"></dd>
         <dt>Time left</dt><dd id="detail-ttl"></dd>
         <dt>State</dt><dd id="detail-state"></dd>
       </dl>
@@ -300,6 +301,8 @@ function showDetail(lock) {
   $("#detail-holds").textContent = String(lock.hold_count);
   $("#detail-acquired").textContent = formatAcquired(lock.held_for_ms);
   $("#detail-waiters").textContent = formatWaiters(lock.waiters);
+  // Stores that keep their queue in order (zookeeper://) name the waiting owners, first first.
+  $("#detail-queue").textContent = lock.queue && lock.queue.length ? lock.queue.join(", ") : "\u2013";
   $("#detail-state").replaceChildren(lock.evicted ? evictedBadge(evictedText) : "held");
   tick();
 }

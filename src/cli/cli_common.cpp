@@ -127,6 +127,7 @@ nlohmann::json lock_json(const LockInfo& info) {
           {"ttl_left_ms", info.ttl_left.count()},
           {"held_for_ms", info.held_for ? nlohmann::json(info.held_for->count()) : nlohmann::json(nullptr)},
           {"waiters", info.waiters ? nlohmann::json(*info.waiters) : nlohmann::json(nullptr)},
+          {"queue", info.queue ? nlohmann::json(*info.queue) : nlohmann::json(nullptr)},
           {"evicted", info.evicted}};
 }
 
@@ -166,8 +167,15 @@ std::string describe_holder(const LockInfo& holder) {
                        "ends in {}",
                        holder.owner, holder.token, format_duration(holder.ttl_left));
   }
-  return fmt::format("held by {} (token {}, {} hold{}, {} left)", holder.owner, holder.token,
-                     holder.hold_count, holder.hold_count == 1 ? "" : "s", format_duration(holder.ttl_left));
+  std::string text = fmt::format("held by {} (token {}, {} hold{}, {} left)", holder.owner, holder.token,
+                                 holder.hold_count, holder.hold_count == 1 ? "" : "s", format_duration(holder.ttl_left));
+  if (holder.queue && !holder.queue->empty()) {
+    text += fmt::format("; waiting: {}", fmt::join(*holder.queue, ", "));
+    if (holder.waiters && *holder.waiters > holder.queue->size()) {
+      text += fmt::format(" and {} more", *holder.waiters - holder.queue->size());
+    }
+  }
+  return text;
 }
 
 std::string format_duration(std::chrono::milliseconds duration) {

@@ -163,8 +163,7 @@ int run_command(const GlobalOptions& global, RunOptions& options) {
     return exec_error == ENOENT ? 127 : 126;
   }
 
-  const milliseconds grace = checked_kill_grace(options);
-  const milliseconds margin = kill_margin(options.ttl);
+  milliseconds grace = checked_kill_grace(options);
   std::vector<int> inherited = open_descriptors();
 
   // `run` reports a loss itself, saying what it does about it.
@@ -180,6 +179,10 @@ int run_command(const GlobalOptions& global, RunOptions& options) {
     return options.conflict_exit;
   }
   Lease& lease = attempt.lease();
+  // A store may grant a shorter lease than asked (a session store: its session timeout): the
+  // command's stop is timed by what was granted.
+  const milliseconds margin = kill_margin(lease.ttl());
+  if (lease.ttl() < options.ttl) grace = std::min(grace, default_kill_grace(lease.ttl()));
   auto loss = std::make_shared<LossChannel>();
   lease.on_lost([loss](const LossInfo& info) { loss->post(info); });
   const auto report_loss = [&](const LossInfo& info, std::string_view action) {

@@ -520,6 +520,7 @@ const std::string& Lease::owner() const noexcept { return state_->spec.owner; }
 std::uint64_t Lease::token() const noexcept { return state_->token; }
 std::uint32_t Lease::hold_count() const noexcept { return hold_count_; }
 std::chrono::steady_clock::time_point Lease::valid_until() const noexcept { return state_->valid_until_time(); }
+std::chrono::milliseconds Lease::ttl() const noexcept { return state_->spec.ttl; }
 bool Lease::lost() const noexcept { return state_ && state_->lost.load(); }
 bool Lease::held() const noexcept { return state_ && !released_ && !state_->lost.load(); }
 std::stop_token Lease::stop_token() const noexcept { return state_->stop.get_token(); }

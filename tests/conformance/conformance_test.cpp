@@ -1050,12 +1050,23 @@ TEST_P(Conformance, WaitersAreCountedWhereTheStoreKnowsThem) {
   const std::string k = key();
   Lease lease = holder.acquire(k, {.ttl = 10s});
   std::optional<Attempt> got;
-  std::thread waiter([&] { got.emplace(waiting.try_acquire_for(k, 10s)); });
+  std::promise<std::string> waiter_owner;
+  std::thread waiter([&] {
+    waiter_owner.set_value(waiting.default_owner());
+    got.emplace(waiting.try_acquire_for(k, 10s));
+  });
+  const std::string queued = waiter_owner.get_future().get();
   if (capabilities().counts_waiters) {
     EXPECT_TRUE(eventually([&] { return holder.inspect(k)->waiters == 1u; }, 5s)) << "inspect does not count the waiter";
     const auto page = holder.list(k);
     ASSERT_EQ(page.locks.size(), 1u);
     EXPECT_EQ(page.locks[0].waiters, 1u) << "list does not count the waiter";
+    if (capabilities().names_waiters) {
+      EXPECT_EQ(holder.inspect(k)->queue, std::vector<std::string>{queued}) << "inspect does not name the waiter";
+      EXPECT_EQ(page.locks[0].queue, std::vector<std::string>{queued}) << "list does not name the waiter";
+    } else {
+      EXPECT_FALSE(page.locks[0].queue);
+    }
   } else {
     std::this_thread::sleep_for(200ms);
     EXPECT_FALSE(holder.inspect(k)->waiters);

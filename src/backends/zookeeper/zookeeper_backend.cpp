@@ -83,6 +83,7 @@ class ZooKeeperBackend final : public backend::Backend {
             .lease_is_the_session = true,
             .records_acquisition_time = true,
             .counts_waiters = true,
+            .names_waiters = true,
             .notifies_evictions = true};
   }
 
@@ -447,14 +448,26 @@ class ZooKeeperBackend final : public backend::Backend {
     return false;
   }
 
-  // The first node's holder, with the waiters behind it; nothing when it went meanwhile.
+  // The first node's holder, with the waiters behind it, named in order; nothing when the
+  // holder went meanwhile. One round trip: every read is sent at once.
   std::optional<LockInfo> holder(Session& s, std::string_view key, const std::vector<Child>& queue) {
-    auto reply = s.get(key_path(key) + "/" + queue.front().name);
+    const std::string dir = key_path(key) + "/";
+    auto reply = s.get(dir + queue.front().name);
+    std::vector<Reply<Node>> waiting;
+    for (std::size_t i = 1; i < queue.size() && waiting.size() < kQueueShown; ++i) {
+      waiting.push_back(s.get(dir + queue[i].name));
+    }
     if (reply.rc() == ZNONODE) return std::nullopt;
     check(reply.rc(), "inspect", key);
     const auto data = from_data(reply.value().data);
     if (!data) return std::nullopt;
-    return to_info(key, reply.value().stat, *data, queue.size() - 1);
+    LockInfo info = to_info(key, reply.value().stat, *data, queue.size() - 1);
+    info.queue.emplace();
+    for (auto& waiter : waiting) {
+      if (waiter.rc() != ZOK) continue;  // gone meanwhile
+      if (const auto queued = from_data(waiter.value().data)) info.queue->push_back(queued->owner);
+    }
+    return info;
   }
 
   static LockInfo to_info(std::string_view key, const Stat& stat, const NodeData& data, std::size_t waiters) {
