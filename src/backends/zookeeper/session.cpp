@@ -246,7 +246,7 @@ void Session::event(int type, int state, const char* path) {
     for (auto it = first; it != last; ++it) fired.push_back(std::move(it->second));
     watches_.erase(first, last);
   }
-  for (auto& watch : fired) watch();
+  for (auto& watch : fired) watch(type);
 }
 
 void Session::fire_all() {
@@ -255,7 +255,7 @@ void Session::fire_all() {
     std::lock_guard lock(mutex_);
     fired.swap(watches_);
   }
-  for (auto& [path, watch] : fired) watch();
+  for (auto& [path, watch] : fired) watch(ZOO_SESSION_EVENT);
 }
 
 }  // namespace dlock::backends::zookeeper

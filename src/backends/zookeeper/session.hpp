@@ -70,7 +70,9 @@ class Reply {
 
 class Session {
  public:
-  using Watch = std::function<void()>;
+  // Called once with the event's type: ZOO_DELETED_EVENT, ZOO_CHANGED_EVENT, ..., or
+  // ZOO_SESSION_EVENT when the session ended.
+  using Watch = std::function<void(int type)>;
 
   // Connects, authenticates and waits until the session is usable; throws ConnectionError (or
   // ConfigurationError for refused credentials) naming the servers.

@@ -42,10 +42,12 @@ struct Signal {
   std::mutex mutex;
   std::condition_variable cv;
   bool fired = false;
-  void fire() {
+  std::string gone;  // the node found deleted, if that is what woke it
+  void fire(std::string deleted = {}) {
     {
       std::lock_guard lock(mutex);
       fired = true;
+      if (!deleted.empty()) gone = std::move(deleted);
     }
     cv.notify_all();
   }
@@ -380,11 +382,14 @@ class ZooKeeperBackend final : public backend::Backend {
     const std::string first_path = dir + "/" + first.name;
     auto holder_reply = s.get(first_path);
     std::optional<Reply<Node>> predecessor;
+    const std::string before = wake ? dir + "/" + look.queue[look.index - 1].name : std::string();
     if (wake) {
-      predecessor.emplace(s.exists(dir + "/" + look.queue[look.index - 1].name, [wake] { wake->fire(); }));
+      predecessor.emplace(s.exists(before, [wake, before](int type) {
+        wake->fire(type == ZOO_DELETED_EVENT ? before : std::string());
+      }));
     }
     const int rc = holder_reply.rc();
-    if (predecessor && predecessor->rc() == ZNONODE) wake->fire();  // gone already: look again at once
+    if (predecessor && predecessor->rc() == ZNONODE) wake->fire(before);  // gone already: look again at once
     if (rc == ZNONODE) {
       if (!wake) {
         drop(s, look.node, request.key);
@@ -564,7 +569,7 @@ class ZooKeeperBackend final : public backend::Backend {
     for (auto& [id, place] : places_) {
       if (place.path == path) place.watched = true;
     }
-    return [this, key = std::string(key), path] {
+    return [this, key = std::string(key), path](int) {
       std::shared_ptr<backend::Events> events;
       {
         std::lock_guard guard(mutex_);
@@ -664,7 +669,17 @@ class QueueWaiter final : public backend::Waiter {
   backend::AcquireResult attempt() override {
     const backend::AcquireRequest request{key_, owner_, ttl_};
     for (;;) {
-      if (look_.node.empty() || look_.session != backend_.session() || !backend_.refresh(look_, key_)) {
+      std::string gone;
+      {
+        std::lock_guard lock(signal_->mutex);
+        gone = std::exchange(signal_->gone, {});
+      }
+      const bool queued = !look_.node.empty() && look_.session == backend_.session();
+      if (queued && look_.index == 1 && gone == backend_.key_path(key_) + "/" + look_.queue.front().name) {
+        // The only node before this one is gone, and none can come before it (sequence numbers
+        // only grow): first now, without reading the queue again.
+        look_.index = 0;
+      } else if (!queued || !backend_.refresh(look_, key_)) {
         // First attempt, or the node went with a session that ended: queue (again).
         look_ = Look{};
         look_ = backend_.enqueue(request);
