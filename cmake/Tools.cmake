@@ -15,6 +15,7 @@ if(DLOCK_BUILD_CLI)
     src/cli/run_process.cpp
     src/cli/run_signals.cpp
     src/cli/admin_commands.cpp
+    src/cli/acquire_keeper.cpp
     src/cli/audit_log.cpp
     src/cli/serve_command.cpp
     src/cli/bench_command.cpp)

@@ -17,6 +17,7 @@
 #include <string>
 #include <vector>
 
+#include "cli/acquire_keeper.hpp"
 #include "cli/audit_log.hpp"
 #include "cli/commands.hpp"
 #include "core/owner.hpp"
@@ -28,7 +29,6 @@ namespace dlock::cli {
 namespace {
 
 using nlohmann::json;
-using std::chrono::milliseconds;
 
 // `release` of a hold the owner does not have (docs/cli.md).
 constexpr int kExitNotHeld = 1;
@@ -46,52 +46,36 @@ json to_json(const std::optional<LockInfo>& info) { return info ? lock_json(*inf
 
 // ---- acquire ----
 
-struct AcquireOptions {
-  std::string key;
-  std::string owner;
-  milliseconds ttl = kDefaultTtl;
-  WaitOptions wait;
-  int conflict_exit = kExitConflict;
-  bool quiet = false;
-};
-
-// A mysql:// session-mode lock ends with the connection holding it, so with this process.
-// `dlock acquire` leaves the key held after it exits: refused, before any lock is taken, where
-// the store ends a hold with its process or connection (local://, mysql:// session mode).
-void refuse_holds_ending_with_this_process(const Client& client) {
-  if (client.capabilities().holds_outlive_the_client) return;
+// A local:// lock lives inside the process that took it, where no other command can see or
+// release it: refused, before any lock is taken. A store whose locks end with their process
+// (or connection) but span processes (mysql:// session mode, zookeeper://) gets a keeper
+// process instead (acquire_keeper.hpp).
+void refuse_a_store_inside_one_process(const Client& client) {
+  if (client.capabilities().spans_processes) return;
   const std::string name(client.backend_name());
-  throw ConfigurationError(fmt::format("dlock acquire cannot leave a lock held on this {}:// store: its locks end "
-                                       "with the process (or connection) that took them. Use `dlock run KEY -- COMMAND`{}",
-                                       name, name == "mysql" ? ", or mode=lease" : ""),
-                           name);
+  throw ConfigurationError(
+      fmt::format("dlock acquire cannot leave a lock held on this {}:// store: its locks live inside the "
+                  "process that took them, where no other command can see or release them. Use `dlock run "
+                  "KEY -- COMMAND`",
+                  name),
+      name);
 }
 
 int acquire(const GlobalOptions& global, const AcquireOptions& options) {
-  const Client client = open_client(global);
-  refuse_holds_ending_with_this_process(client);
-  // No renewal: this process is about to exit. The TTL bounds the hold if no release comes.
-  Attempt attempt = take_lock(client, options.key, options.wait,
-                              LockOptions{.ttl = options.ttl, .auto_renew = false, .owner = options.owner});
-  if (!attempt) {
-    if (global.json)
-      print({{"acquired", false}, {"key", options.key}, {"holder", to_json(attempt.holder())}});
-    if (!options.quiet) say(conflict_message(options.key, options.wait, attempt));
-    return options.conflict_exit;
-  }
-  Lease& lease = attempt.lease();
-  lease.detach();  // the hold outlives this process, until `dlock release` or its TTL
-  if (global.json) {
-    print({{"acquired", true},
-           {"key", lease.key()},
-           {"owner", lease.owner()},
-           {"token", lease.token()},
-           {"hold_count", lease.hold_count()},
-           {"ttl_ms", options.ttl.count()}});
-  } else {
-    std::printf("%llu\n", static_cast<unsigned long long>(lease.token()));
-  }
-  return kExitOk;
+  {
+    const Client client = open_client(global);
+    refuse_a_store_inside_one_process(client);
+    if (client.capabilities().holds_outlive_the_client) {
+      // No renewal: this process is about to exit. The TTL bounds the hold if no release comes.
+      Attempt attempt =
+          take_lock(client, options.key, options.wait,
+                    LockOptions{.ttl = options.ttl, .auto_renew = false, .owner = options.owner});
+      // The hold outlives this process, until `dlock release` or its TTL.
+      if (attempt) attempt.lease().detach();
+      return print_report(report_attempt(global, options, attempt));
+    }
+  }  // closed, and its threads gone, before the keeper is forked (acquire_keeper.cpp)
+  return acquire_in_keeper(global, options);
 }
 
 // ---- release ----
@@ -258,8 +242,7 @@ void add_admin_commands(CLI::App& app, const GlobalOptions& global, int& exit_co
                      "Who holds it: 1-128 printable ASCII characters, no spaces; release with the same owner")
         ->required();
     add_duration_option(*command, "--ttl", options->ttl,
-                        "Lease length; there is no renewal, so the lock is free again after this long "
-                        "unless released first")
+                        "Lease length: the lock is free again after this long unless released first")
         ->default_str("30s");
     add_wait_options(*command, options->wait);
     command
@@ -269,6 +252,11 @@ void add_admin_commands(CLI::App& app, const GlobalOptions& global, int& exit_co
         ->check(CLI::Range(0, 255));
     add_quiet_flag(*command, options->quiet);
     command->add_option("KEY", options->key, "The lock's key")->required();
+    command->footer(
+        "On a store whose locks end with the process that took them (mysql:// mode=session, "
+        "zookeeper://), dlock acquire leaves a keeper process holding the lock: it releases its hold when "
+        "the TTL ends, exits once the lock is released or lost, and releases and exits on SIGTERM. "
+        "local:// is refused (exit 69): use dlock run there.");
     command->callback([&global, &exit_code, options] { exit_code = acquire(global, *options); });
   }
   {

@@ -9,6 +9,7 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <chrono>
 #include <cstdlib>
 #include <filesystem>
@@ -52,6 +53,36 @@ bool dies_within(pid_t pid, milliseconds timeout) {
 
 bool contains(const std::string& text, const std::string& part) {
   return text.find(part) != std::string::npos;
+}
+
+// Polls `condition` every 20 ms until it holds (true) or `timeout` passes (false).
+template <class Condition>
+bool eventually(Condition condition, milliseconds timeout) {
+  const auto deadline = Clock::now() + timeout;
+  while (!condition()) {
+    if (Clock::now() >= deadline) return false;
+    std::this_thread::sleep_for(20ms);
+  }
+  return true;
+}
+
+// The live processes (zombies count as gone) whose command line is a `dlock acquire` of `key`:
+// once `dlock acquire` itself has exited, the keepers it left holding the lock.
+std::vector<pid_t> keepers_of(const std::string& key) {
+  std::vector<pid_t> pids;
+  for (const auto& entry : std::filesystem::directory_iterator("/proc")) {
+    const std::string name = entry.path().filename().string();
+    if (name.find_first_not_of("0123456789") != std::string::npos) continue;
+    std::ifstream cmdline(entry.path() / "cmdline");
+    std::vector<std::string> args;
+    for (std::string arg; std::getline(cmdline, arg, '\0');) args.push_back(arg);
+    const auto has = [&](const std::string& arg) {
+      return std::find(args.begin(), args.end(), arg) != args.end();
+    };
+    const auto pid = static_cast<pid_t>(std::stol(name));
+    if (has("acquire") && has(key) && !is_dead(pid)) pids.push_back(pid);
+  }
+  return pids;
 }
 
 class CliTest : public ::testing::Test {
@@ -447,14 +478,183 @@ TEST_F(CliTest, CommandNotFound) {
   EXPECT_EQ(dlock({"run", "k", "--", "/dev/null"}).exit_code, 126);
 }
 
-// A local:// lock would end with `dlock acquire` itself: refused (mysql:// session mode, the
-// other store whose locks end with their process, in run_faults_test.cpp).
+// A local:// lock lives inside `dlock acquire` itself, where no other command can see it:
+// refused. (A store whose locks end with their process but span processes gets a keeper
+// process: the KeeperCliTest cases below, and run_faults_test.cpp.)
 TEST_F(CliTest, AcquireRefusesAStoreWhoseLocksEndWithTheProcess) {
-  const Result result = start({"acquire", "k", "--owner", "me"}, "local://cli")->wait(10s);
+  const std::string key = "local/" + std::filesystem::path(dir_).filename().string();
+  const Result result = start({"acquire", key, "--owner", "me"}, "local://cli")->wait(10s);
   EXPECT_EQ(result.exit_code, 69) << result.err;
   EXPECT_TRUE(contains(result.err, "local://")) << result.err;
   EXPECT_TRUE(contains(result.err, "dlock run")) << result.err;
   EXPECT_TRUE(result.out.empty()) << "no token for a lock that is not held: " << result.out;
+  EXPECT_TRUE(keepers_of(key).empty()) << "no keeper process for a store of one process";
+}
+
+// `dlock acquire` on the stores whose locks end with the process or connection that took them
+// but span processes: mysql:// session mode ($DLOCK_MYSQL_URL) and zookeeper://
+// ($DLOCK_ZOOKEEPER_URL, zookeeper://HOST:PORT without a path). A keeper process holds the
+// lock, and is gone once the lock is released. Skipped without the server (scripts/test.sh
+// starts both).
+class KeeperCliTest : public CliTest {
+ protected:
+  void SetUp() override {
+    CliTest::SetUp();
+    // The servers are shared: a key of this test's own.
+    key_ = "keeper/" + std::filesystem::path(dir_).filename().string();
+  }
+
+  // The mysql:// session-mode URL, or nothing (the case skips) without DLOCK_MYSQL_URL.
+  static std::string mysql_session_url() {
+    const char* url = std::getenv("DLOCK_MYSQL_URL");  // NOLINT(concurrency-mt-unsafe)
+    if (url == nullptr || *url == '\0') return {};
+    const std::string base = url;
+    return base + (base.find('?') == std::string::npos ? "?" : "&") + "mode=session";
+  }
+  static std::string zookeeper_url() {
+    const char* url = std::getenv("DLOCK_ZOOKEEPER_URL");  // NOLINT(concurrency-mt-unsafe)
+    if (url == nullptr || *url == '\0') return {};
+    return std::string(url) + "/cli_test";
+  }
+
+  Result on(const std::string& url, std::vector<std::string> args) const {
+    return start(std::move(args), url)->wait(30s);
+  }
+  std::string status(const std::string& url) const { return on(url, {"status", key_}).out; }
+
+  // Acquire, a conflict, a re-entry, and the releases: the keeper holds the lock across
+  // commands, a failed acquire leaves no process behind, releasing one of two holds ends no
+  // keeper, and the last release frees the key and ends both.
+  void keeper_holds_until_released(const std::string& url) {
+    const Result taken = on(url, {"acquire", "--owner", "deploy-17", "--ttl", "10m", key_});
+    ASSERT_EQ(taken.exit_code, 0) << taken.err;
+    const std::string token = taken.out.substr(0, taken.out.find('\n'));
+    EXPECT_EQ(taken.out, std::to_string(std::stoull(token)) + "\n")
+        << "just the token, for T=$(dlock acquire ...)";
+    EXPECT_EQ(keepers_of(key_).size(), 1u) << "one keeper process holds the lock";
+    EXPECT_TRUE(contains(status(url), key_ + ": held by deploy-17 (token " + token + ", 1 hold,"))
+        << status(url);
+
+    const Result busy = on(url, {"--json", "acquire", "--no-wait", "--owner", "other", key_});
+    EXPECT_EQ(busy.exit_code, 1) << busy.err;
+    const json conflict = json::parse(busy.out, nullptr, false);
+    EXPECT_FALSE(conflict.value("acquired", true)) << busy.out;
+    EXPECT_TRUE(conflict.contains("holder") && conflict["holder"].is_object() &&
+                conflict["holder"].value("owner", "") == "deploy-17")
+        << busy.out;
+    EXPECT_TRUE(contains(busy.err, "is busy: held by deploy-17")) << busy.err;
+    EXPECT_EQ(keepers_of(key_).size(), 1u) << "the failed acquire left a process behind";
+
+    const Result again = on(url, {"--json", "acquire", "--owner", "deploy-17", "--ttl", "10m", key_});
+    ASSERT_EQ(again.exit_code, 0) << again.err;
+    const json reentry = json::parse(again.out, nullptr, false);
+    EXPECT_EQ(reentry.value("token", std::uint64_t{0}), std::stoull(token)) << again.out;
+    EXPECT_EQ(reentry.value("hold_count", 0), 2) << again.out;
+    EXPECT_EQ(reentry.value("ttl_ms", 0), 600000) << again.out;
+    EXPECT_EQ(keepers_of(key_).size(), 2u) << "the re-entry has a keeper of its own";
+
+    const Result one = on(url, {"--json", "release", "--owner", "deploy-17", key_});
+    ASSERT_EQ(one.exit_code, 0) << one.err;
+    EXPECT_EQ(json::parse(one.out, nullptr, false).value("holds_left", -1), 1) << one.out;
+    // Longer than a keeper takes to notice a loss (it asks a store that pushes nothing every second).
+    std::this_thread::sleep_for(2500ms);
+    EXPECT_TRUE(contains(status(url), key_ + ": held by deploy-17 (token " + token + ", 1 hold,"))
+        << status(url);
+    EXPECT_EQ(keepers_of(key_).size(), 2u) << "releasing one of two holds ended a keeper";
+
+    const Result last = on(url, {"release", "--owner", "deploy-17", "--token", token, key_});
+    EXPECT_EQ(last.exit_code, 0) << last.err;
+    EXPECT_EQ(status(url), key_ + ": free\n");
+    EXPECT_TRUE(eventually([&] { return keepers_of(key_).empty(); }, 10s))
+        << keepers_of(key_).size() << " keeper(s) left after the last release";
+    EXPECT_EQ(on(url, {"release", "--owner", "deploy-17", key_}).exit_code, 1) << "nothing left to release";
+  }
+
+  // A keeper whose TTL ends releases its hold; while a re-entry's hold remains, it keeps the
+  // lock (whose connection or session is its own) instead of ending it: a re-entry never
+  // shortens the lease. The key frees at the re-entry's own TTL.
+  void reentry_outlasts_the_first_ttl(const std::string& url) {
+    const Result first = on(url, {"acquire", "--owner", "o", "--ttl", "2s", key_});
+    ASSERT_EQ(first.exit_code, 0) << first.err;
+    const auto first_returned = Clock::now();
+    const std::string token = first.out.substr(0, first.out.find('\n'));
+    const auto reentered_at = Clock::now();
+    const Result again = on(url, {"--json", "acquire", "--owner", "o", "--ttl", "6s", key_});
+    ASSERT_EQ(again.exit_code, 0) << again.err;
+    ASSERT_EQ(json::parse(again.out, nullptr, false).value("hold_count", 0), 2) << again.out;
+    std::this_thread::sleep_until(first_returned + 3s);  // the first TTL is over, with a second to spare
+    EXPECT_TRUE(contains(status(url), key_ + ": held by o (token " + token + ", 1 hold,"))
+        << "the first keeper's TTL ended the re-entry's hold: " << status(url);
+    EXPECT_EQ(keepers_of(key_).size(), 2u) << "the first keeper left while the re-entry's hold remained";
+    EXPECT_TRUE(eventually([&] { return status(url) == key_ + ": free\n"; }, 15s)) << "the key never freed";
+    EXPECT_GE(Clock::now() - reentered_at, 6s) << "freed before the re-entry's TTL";
+    EXPECT_TRUE(eventually([&] { return keepers_of(key_).empty(); }, 10s))
+        << keepers_of(key_).size() << " keeper(s) left after the key freed";
+  }
+
+  // Force-released behind the lock delay, the keeper keeps the key closed, as a lease would on
+  // the other stores: the script may still be inside its critical section. Its `dlock release`
+  // acknowledges the eviction, which opens the key and ends the keeper.
+  void lock_delay_lasts_until_the_owner_releases(const std::string& url) {
+    const Result taken = on(url, {"acquire", "--owner", "deploy-17", "--ttl", "10m", key_});
+    ASSERT_EQ(taken.exit_code, 0) << taken.err;
+    const std::string token = taken.out.substr(0, taken.out.find('\n'));
+    const Result evicted = on(url, {"force-release", "-r", "test", "--audit-log", path("audit.log"), key_});
+    ASSERT_EQ(evicted.exit_code, 0) << evicted.err;
+    // Longer than a keeper takes to notice (a second, or a watch).
+    std::this_thread::sleep_for(2500ms);
+    const json closed = json::parse(on(url, {"--json", "status", key_}).out, nullptr, false);
+    EXPECT_TRUE(closed.value("evicted", false))
+        << "the keeper opened the key it was evicted from: " << closed;
+    EXPECT_EQ(on(url, {"acquire", "--no-wait", "--owner", "deploy-18", key_}).exit_code, 1)
+        << "the key is closed while the evicted script may still run";
+    EXPECT_EQ(keepers_of(key_).size(), 1u) << "the evicted keeper left before its script released";
+
+    // (Its exit code is the store's: 1, the hold being gone, or 0 where a release from another
+    // client does not tell an evicted holder's node from a held one, as zookeeper:// now.)
+    on(url, {"release", "--owner", "deploy-17", "--token", token, key_});
+    EXPECT_EQ(status(url), key_ + ": free\n");
+    EXPECT_TRUE(eventually([&] { return keepers_of(key_).empty(); }, 10s))
+        << keepers_of(key_).size() << " keeper(s) left after the eviction was acknowledged";
+  }
+
+  std::string key_;
+};
+
+TEST_F(KeeperCliTest, LockDelayLastsUntilTheOwnerReleases_MysqlSession) {
+  const std::string url = mysql_session_url();
+  if (url.empty()) GTEST_SKIP() << "DLOCK_MYSQL_URL is not set (scripts/test.sh sets it)";
+  lock_delay_lasts_until_the_owner_releases(url);
+}
+
+TEST_F(KeeperCliTest, LockDelayLastsUntilTheOwnerReleases_Zookeeper) {
+  const std::string url = zookeeper_url();
+  if (url.empty()) GTEST_SKIP() << "DLOCK_ZOOKEEPER_URL is not set (scripts/test.sh sets it)";
+  lock_delay_lasts_until_the_owner_releases(url);
+}
+
+TEST_F(KeeperCliTest, KeeperHoldsTheLockUntilReleased_MysqlSession) {
+  const std::string url = mysql_session_url();
+  if (url.empty()) GTEST_SKIP() << "DLOCK_MYSQL_URL is not set (scripts/test.sh sets it)";
+  keeper_holds_until_released(url);
+}
+
+TEST_F(KeeperCliTest, KeeperHoldsTheLockUntilReleased_Zookeeper) {
+  const std::string url = zookeeper_url();
+  if (url.empty()) GTEST_SKIP() << "DLOCK_ZOOKEEPER_URL is not set (scripts/test.sh sets it)";
+  keeper_holds_until_released(url);
+}
+
+TEST_F(KeeperCliTest, ReentryOutlastsTheFirstTtl_MysqlSession) {
+  const std::string url = mysql_session_url();
+  if (url.empty()) GTEST_SKIP() << "DLOCK_MYSQL_URL is not set (scripts/test.sh sets it)";
+  reentry_outlasts_the_first_ttl(url);
+}
+
+TEST_F(KeeperCliTest, ReentryOutlastsTheFirstTtl_Zookeeper) {
+  const std::string url = zookeeper_url();
+  if (url.empty()) GTEST_SKIP() << "DLOCK_ZOOKEEPER_URL is not set (scripts/test.sh sets it)";
+  reentry_outlasts_the_first_ttl(url);
 }
 
 TEST_F(CliTest, AcquireReleaseStatusListForceRelease) {

@@ -132,6 +132,25 @@ std::string replace_all(std::string text, const std::string& from, const std::st
   return text;
 }
 
+// The live processes (zombies count as gone) whose command line is a `dlock acquire` of `key`:
+// once `dlock acquire` itself has exited, the keepers it left holding the lock.
+std::vector<pid_t> keepers_of(const std::string& key) {
+  std::vector<pid_t> pids;
+  for (const auto& entry : std::filesystem::directory_iterator("/proc")) {
+    const std::string name = entry.path().filename().string();
+    if (name.find_first_not_of("0123456789") != std::string::npos) continue;
+    std::ifstream cmdline(entry.path() / "cmdline");
+    std::vector<std::string> args;
+    for (std::string arg; std::getline(cmdline, arg, '\0');) args.push_back(arg);
+    const auto has = [&](const std::string& arg) {
+      return std::find(args.begin(), args.end(), arg) != args.end();
+    };
+    const auto pid = static_cast<pid_t>(std::stol(name));
+    if (has("acquire") && has(key) && !is_dead(pid)) pids.push_back(pid);
+  }
+  return pids;
+}
+
 bool has_line(const std::string& text, const std::string& line) {
   const auto lines = lines_of(text);
   return std::find(lines.begin(), lines.end(), line) != lines.end();
@@ -371,19 +390,37 @@ TEST_F(RunFaultsTest, DaemonizedGrandchildDoesNotKeepAKilledDlocksSessionLock) {
   EXPECT_FALSE(is_dead(orphan)) << "the grandchild should still be running, or this shows nothing";
 }
 
-// A session-mode lock would end with `dlock acquire` itself: refused before it is taken, with
-// the ways that work, and no password in the message.
-TEST_F(RunFaultsTest, AcquireRefusesMysqlSessionMode) {
+// A session-mode lock ends with the connection that took it: `dlock acquire` leaves a keeper
+// process holding it. The key frees when the TTL given to acquire ends, as on every store, or
+// at `dlock release`; either way the keeper is gone then.
+TEST_F(RunFaultsTest, AcquireOnMysqlSessionModeHoldsUntilItsTtlOrRelease) {
   const std::string url = dlock::test::env("DLOCK_MYSQL_URL").value_or("");
   if (url.empty()) GTEST_SKIP() << unset("DLOCK_MYSQL_URL");
   const std::string session = dlock::test::with_option(url, "mode=session");
-  const Result result = start(session, {"acquire", "--owner", "me", key_})->wait(30s);
-  EXPECT_EQ(result.exit_code, 69) << result.err;
-  EXPECT_NE(result.err.find("dlock run"), std::string::npos) << result.err;
-  EXPECT_NE(result.err.find("mode=lease"), std::string::npos) << result.err;
-  EXPECT_TRUE(result.out.empty()) << "no token for a lock that is not held: " << result.out;
-  const Result status = start(session, {"status", key_})->wait(30s);
-  EXPECT_EQ(status.out, key_ + ": free\n") << status.err;
+  const auto status = [&] { return start(session, {"status", key_})->wait(30s).out; };
+  const auto no_keeper_left = [&] {
+    return dlock::test::eventually([&] { return keepers_of(key_).empty(); }, 10s);
+  };
+
+  const auto started = std::chrono::steady_clock::now();
+  const Result taken = start(session, {"acquire", "--owner", "me", "--ttl", "3s", key_})->wait(30s);
+  ASSERT_EQ(taken.exit_code, 0) << taken.err;
+  const std::string token = taken.out.substr(0, taken.out.find('\n'));
+  EXPECT_EQ(taken.out, std::to_string(std::stoull(token)) + "\n") << "just the token";
+  EXPECT_TRUE(contains(status(), key_ + ": held by me (token " + token + ", 1 hold,")) << status();
+  EXPECT_EQ(keepers_of(key_).size(), 1u) << "one keeper process holds the lock";
+  ASSERT_TRUE(dlock::test::eventually([&] { return status() == key_ + ": free\n"; }, 20s))
+      << "the key did not free at its 3 s TTL";
+  EXPECT_GE(std::chrono::steady_clock::now() - started, 3s) << "freed before its TTL";
+  EXPECT_TRUE(no_keeper_left()) << "the keeper stayed after its TTL";
+
+  const Result again = start(session, {"acquire", "--owner", "me", "--ttl", "10m", key_})->wait(30s);
+  ASSERT_EQ(again.exit_code, 0) << again.err;
+  EXPECT_GT(std::stoull(again.out), std::stoull(token)) << "fencing tokens only grow";
+  const Result released = start(session, {"release", "--owner", "me", key_})->wait(30s);
+  EXPECT_EQ(released.exit_code, 0) << released.err;
+  EXPECT_EQ(status(), key_ + ": free\n") << "`dlock release` did not free the key";
+  EXPECT_TRUE(no_keeper_left()) << "the keeper stayed after `dlock release`";
 }
 
 // ---- secrets ----

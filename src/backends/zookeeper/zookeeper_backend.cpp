@@ -14,6 +14,7 @@
 #include <condition_variable>
 #include <map>
 #include <mutex>
+#include <sstream>
 #include <string>
 #include <tuple>
 #include <utility>
@@ -60,9 +61,23 @@ struct Place {
   int version = 0;
   bool watched = false;
   bool releasing = false;  // its last release is under way: the node's deletion is ours
+  bool evicted = false;    // force-released with a lock delay, as found in the queue
 };
 
 class ZooKeeperBackend;
+
+// The activity node's data: the six counters, space-separated, in Activity's order.
+std::string activity_text(const Activity& a) {
+  return std::to_string(a.acquisitions) + " " + std::to_string(a.conflicts) + " " + std::to_string(a.waits) + " " +
+         std::to_string(a.wait_us) + " " + std::to_string(a.renewals) + " " + std::to_string(a.losses);
+}
+
+Activity parse_activity(const std::string& text) {
+  Activity a;
+  std::istringstream in(text);
+  in >> a.acquisitions >> a.conflicts >> a.waits >> a.wait_us >> a.renewals >> a.losses;
+  return in ? a : Activity{};
+}
 
 // An attempt's view of the key: its own node (if it made one) and the queue.
 struct Look {
@@ -73,7 +88,7 @@ struct Look {
   std::size_t index = 0;  // of the caller's node in the queue
 };
 
-class ZooKeeperBackend final : public backend::Backend {
+class ZooKeeperBackend final : public backend::Backend, public backend::ActivityLedger {
  public:
   explicit ZooKeeperBackend(Settings settings) : settings_(std::move(settings)) { session(); }
 
@@ -136,6 +151,13 @@ class ZooKeeperBackend final : public backend::Backend {
     auto s = session();
     auto place = find(s, lease);
     if (!place) return std::nullopt;
+    if (place->evicted) {
+      // The evicted holder's release acknowledges the loss: the key opens, and the answer is
+      // that the lease was no longer ours.
+      remove_surely(*s, place->path, -1);
+      forget(lease);
+      return std::nullopt;
+    }
     for (int attempt = 0; attempt < 100; ++attempt) {
       if (place->holds <= 1) {
         releasing(lease);
@@ -266,6 +288,39 @@ class ZooKeeperBackend final : public backend::Backend {
                        true);
   }
 
+  // The totals live in one persistent node beside the keys, ROOT/.activity (no key's node name
+  // starts with a dot), as six numbers; adding is a versioned read-modify-write, retried when
+  // another client added first. Clients add every few seconds, so contention stays low.
+  backend::ActivityLedger* activity() noexcept override { return this; }
+
+  void add(const Activity& delta) override {
+    auto s = session();
+    const std::string path = settings_.root + "/.activity";
+    for (int attempt = 0; attempt < 100; ++attempt) {
+      auto reply = s->get(path);
+      if (reply.rc() == ZNONODE) {
+        make_root(*s, {});
+        const int rc = s->create(path, activity_text(Activity{}), 0).rc();
+        if (rc != ZOK && rc != ZNODEEXISTS) check(rc, "create the activity totals", {}, Write::yes);
+        continue;
+      }
+      check(reply.rc(), "read the activity totals", {});
+      Activity total = parse_activity(reply.value().data);
+      total += delta;
+      const int rc = s->set(path, activity_text(total), reply.value().stat.version).rc();
+      if (rc == ZOK) return;
+      if (rc != ZBADVERSION && rc != ZNONODE) check(rc, "add to the activity totals", {}, Write::yes);
+    }
+    throw BackendError("the activity totals kept changing while this client added to them", kName, {}, true);
+  }
+
+  Activity totals() override {
+    auto reply = session()->get(settings_.root + "/.activity");
+    if (reply.rc() == ZNONODE) return {};
+    check(reply.rc(), "read the activity totals", {});
+    return parse_activity(reply.value().data);
+  }
+
   bool watch(std::shared_ptr<backend::Events> events) override {
     std::lock_guard lock(mutex_);
     events_ = std::move(events);
@@ -282,7 +337,9 @@ class ZooKeeperBackend final : public backend::Backend {
     if (names.rc() == ZNONODE) return 0;
     check(names.rc(), "collect_idle", {});
     std::vector<Reply<Node>> removals;
-    for (const auto& name : names.value()) removals.push_back(s->remove(settings_.root + "/" + name, -1));
+    for (const auto& name : names.value()) {
+      if (decode_key(name)) removals.push_back(s->remove(settings_.root + "/" + name, -1));  // not the ledger
+    }
     return static_cast<std::size_t>(
         std::count_if(removals.begin(), removals.end(), [](const Reply<Node>& r) { return r.rc() == ZOK; }));
   }
@@ -492,15 +549,19 @@ class ZooKeeperBackend final : public backend::Backend {
     return info;
   }
 
-  void make_key_node(Session& s, std::string_view key) {
-    // The root's ancestors and the root: persistent; the key's node: a container, which the
-    // ensemble deletes some time after its last child goes.
+  // The root's ancestors and the root: persistent.
+  void make_root(Session& s, std::string_view key) {
     for (std::size_t at = 1; at <= settings_.root.size(); ++at) {
       if (at != settings_.root.size() && settings_.root[at] != '/') continue;
       // Parents above dlock's own path stay open to other users; the path itself is the ACL's.
       const int rc = s.create(settings_.root.substr(0, at), "", 0, at != settings_.root.size()).rc();
       if (rc != ZOK && rc != ZNODEEXISTS) check(rc, "create " + settings_.root.substr(0, at), key);
     }
+  }
+
+  // The key's node: a container, which the ensemble deletes some time after its last child goes.
+  void make_key_node(Session& s, std::string_view key) {
+    make_root(s, key);
     const int rc = s.create(key_path(key), "", ZOO_CONTAINER).rc();
     if (rc != ZOK && rc != ZNODEEXISTS) check(rc, "acquire", key);
   }
@@ -524,7 +585,9 @@ class ZooKeeperBackend final : public backend::Backend {
       if (reply.rc() != ZOK || static_cast<std::uint64_t>(reply.value().stat.czxid) != lease.token) continue;
       const auto data = from_data(reply.value().data);
       if (!data || data->owner != lease.owner) continue;
-      return Place{path, data->holds, reply.value().stat.version};
+      Place place{path, data->holds, reply.value().stat.version};
+      place.evicted = data->evicted;
+      return place;
     }
     return std::nullopt;
   }
