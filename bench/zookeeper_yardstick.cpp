@@ -184,8 +184,10 @@ struct Reader {
 
 // One handoff sample: B creates a child of the handoff parent, A sets an exists-watch on it,
 // B deletes it. Returns µs from just before B's delete call to the watcher firing, or with a
-// reader, to the reader's getChildren returning.
-double handoff(zhandle_t* a, zhandle_t* b, Reader* reader) {
+// reader, to the reader's getChildren returning. With `requeue`, B creates a child again right
+// after its delete, as a contended holder queues for the key again: a standalone server passes
+// a read on only after the writes before it are on disk, so A's read may wait for that fsync.
+double handoff(zhandle_t* a, zhandle_t* b, Reader* reader, bool requeue = false) {
   char path[256];
   check(zoo_create(b, "/dlock-yardstick/handoff/b-", "", 0, &ZOO_OPEN_ACL_UNSAFE, ZOO_EPHEMERAL_SEQUENTIAL,
                    path, sizeof path),
@@ -196,9 +198,21 @@ double handoff(zhandle_t* a, zhandle_t* b, Reader* reader) {
   if (reader) reader->arm(&watch);
   const auto start = Clock::now();
   check(zoo_delete(b, path, -1), "delete (B)");
-  if (reader) return us_between(start, reader->wait());
-  watch.wait();
-  return us_between(start, watch.fired_at);
+  char again[256];
+  if (requeue) {
+    check(zoo_create(b, "/dlock-yardstick/handoff/b-", "", 0, &ZOO_OPEN_ACL_UNSAFE, ZOO_EPHEMERAL_SEQUENTIAL, again,
+                     sizeof again),
+          "create again (B)");
+  }
+  double sample = 0;
+  if (reader) {
+    sample = us_between(start, reader->wait());
+  } else {
+    watch.wait();
+    sample = us_between(start, watch.fired_at);
+  }
+  if (requeue) check(zoo_delete(b, again, -1), "delete again (B)");
+  return sample;
 }
 
 }  // namespace
@@ -278,7 +292,7 @@ int main(int argc, char** argv) {
   // The handoff floors, in alternating rounds too. B is a session of its own, as the holder
   // is another process.
   const int wakes = std::max(kRounds, std::min(n, 5000));
-  std::vector<double> wake_us, wake_read_us;
+  std::vector<double> wake_us, wake_read_us, wake_read_requeue_us;
   {
     Session b(hosts);
     Reader reader(zh);
@@ -286,10 +300,12 @@ int main(int argc, char** argv) {
     for (int round = 0; round < kRounds; ++round) {
       for (int i = 0; i < wakes / kRounds; ++i) wake_us.push_back(handoff(zh, b.zh, nullptr));
       for (int i = 0; i < wakes / kRounds; ++i) wake_read_us.push_back(handoff(zh, b.zh, &reader));
+      for (int i = 0; i < wakes / kRounds; ++i) wake_read_requeue_us.push_back(handoff(zh, b.zh, &reader, true));
     }
   }
   report("delete to exists-watcher (wake)", wake_us);
   report("delete to exists-watcher plus one getChildren", wake_read_us);
+  report("delete to exists-watcher plus one getChildren, the holder queuing again", wake_read_requeue_us);
 
   zoo_delete(zh, kCycleParent, -1);
   zoo_delete(zh, kHandoffParent, -1);
