@@ -39,6 +39,7 @@ using namespace std::chrono_literals;
 using dlock::test::Process;
 using dlock::test::Result;
 using dlock::test::is_dead;
+using dlock::test::keepers_of;
 
 const char* const kDlock = dlock::test::dlock_binary();
 
@@ -130,25 +131,6 @@ std::string replace_all(std::string text, const std::string& from, const std::st
   for (auto at = text.find(from); at != std::string::npos; at = text.find(from, at + to.size()))
     text.replace(at, from.size(), to);
   return text;
-}
-
-// The live processes (zombies count as gone) whose command line is a `dlock acquire` of `key`:
-// once `dlock acquire` itself has exited, the keepers it left holding the lock.
-std::vector<pid_t> keepers_of(const std::string& key) {
-  std::vector<pid_t> pids;
-  for (const auto& entry : std::filesystem::directory_iterator("/proc")) {
-    const std::string name = entry.path().filename().string();
-    if (name.find_first_not_of("0123456789") != std::string::npos) continue;
-    std::ifstream cmdline(entry.path() / "cmdline");
-    std::vector<std::string> args;
-    for (std::string arg; std::getline(cmdline, arg, '\0');) args.push_back(arg);
-    const auto has = [&](const std::string& arg) {
-      return std::find(args.begin(), args.end(), arg) != args.end();
-    };
-    const auto pid = static_cast<pid_t>(std::stol(name));
-    if (has("acquire") && has(key) && !is_dead(pid)) pids.push_back(pid);
-  }
-  return pids;
 }
 
 bool has_line(const std::string& text, const std::string& line) {

@@ -8,6 +8,7 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cstdlib>
 #include <filesystem>
 #include <string_view>
@@ -159,6 +160,23 @@ bool is_dead(pid_t pid) {
   const auto paren = line.rfind(')');
   return paren == std::string::npos || paren + 2 >= line.size() || line[paren + 2] == 'Z' ||
          line[paren + 2] == 'X';
+}
+
+std::vector<pid_t> keepers_of(const std::string& key) {
+  std::vector<pid_t> pids;
+  for (const auto& entry : std::filesystem::directory_iterator("/proc")) {
+    const std::string name = entry.path().filename().string();
+    if (name.find_first_not_of("0123456789") != std::string::npos) continue;
+    std::ifstream cmdline(entry.path() / "cmdline");
+    std::vector<std::string> args;
+    for (std::string arg; std::getline(cmdline, arg, '\0');) args.push_back(arg);
+    const auto has = [&](const std::string& arg) {
+      return std::find(args.begin(), args.end(), arg) != args.end();
+    };
+    const auto pid = static_cast<pid_t>(std::stol(name));
+    if (has("acquire") && has(key) && !is_dead(pid)) pids.push_back(pid);
+  }
+  return pids;
 }
 
 std::string read_text(const std::string& path) {

@@ -36,6 +36,9 @@ std::vector<std::string> environment_without_dlock(const std::vector<std::string
 // True once `pid` has exited. Zombies count as dead: the container's init may never reap the
 // orphans of a killed dlock.
 bool is_dead(pid_t pid);
+// The live processes (zombies count as gone) whose command line is a `dlock acquire` of `key`:
+// once `dlock acquire` itself has exited, the keepers it left holding the lock.
+std::vector<pid_t> keepers_of(const std::string& key);
 
 class Process {
  public:
