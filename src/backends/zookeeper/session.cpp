@@ -3,6 +3,7 @@
 #include <signal.h>
 
 #include <cstdio>
+#include <memory>
 #include <utility>
 
 #include "dlock/errors.hpp"
@@ -169,22 +170,39 @@ Reply<std::vector<std::string>> Session::children(const std::string& path) {
   return reply;
 }
 
+namespace {
+// A watched read's completion data: its reply's, and which watch to drop if none was set.
+struct WatchedRead {
+  void* reply;
+  Session* session;
+  std::string path;
+  std::uint64_t id;
+};
+}  // namespace
+
 Reply<Node> Session::get(const std::string& path, Watch watch) {
   auto [reply, state] = make_reply<Node>();
-  const bool watched = static_cast<bool>(watch);
-  if (watched) add_watch(path, std::move(watch));
-  const int sent = watched ? zoo_awget(zh_, path.c_str(), &Session::on_event, this, data_done, state)
-                           : zoo_aget(zh_, path.c_str(), 0, data_done, state);
-  if (sent != ZOK) refuse<Node>(state, sent);
+  if (!watch) {
+    const int sent = zoo_aget(zh_, path.c_str(), 0, data_done, state);
+    if (sent != ZOK) refuse<Node>(state, sent);
+    return reply;
+  }
+  auto* read = new WatchedRead{state, this, path, add_watch(path, std::move(watch))};
+  const int sent = zoo_awget(zh_, path.c_str(), &Session::on_event, this, watched_data_done, read);
+  if (sent != ZOK) watched_data_done(sent, nullptr, 0, nullptr, read);
   return reply;
 }
 
-Reply<Node> Session::exists(const std::string& path, Watch watch) {
+void Session::watched_data_done(int rc, const char* value, int length, const Stat* stat, const void* data) {
+  const std::unique_ptr<WatchedRead> read(static_cast<WatchedRead*>(const_cast<void*>(data)));
+  // The ensemble set no watch unless the read succeeded: a callback kept would never be called.
+  if (rc != ZOK) read->session->drop_watch(read->path, read->id);
+  data_done(rc, value, length, stat, read->reply);
+}
+
+Reply<Node> Session::exists(const std::string& path) {
   auto [reply, state] = make_reply<Node>();
-  const bool watched = static_cast<bool>(watch);
-  if (watched) add_watch(path, std::move(watch));
-  const int sent = watched ? zoo_awexists(zh_, path.c_str(), &Session::on_event, this, node_done, state)
-                           : zoo_aexists(zh_, path.c_str(), 0, node_done, state);
+  const int sent = zoo_aexists(zh_, path.c_str(), 0, node_done, state);
   if (sent != ZOK) refuse<Node>(state, sent);
   return reply;
 }
@@ -203,9 +221,21 @@ Reply<Node> Session::remove(const std::string& path, int version) {
   return reply;
 }
 
-void Session::add_watch(const std::string& path, Watch watch) {
+std::uint64_t Session::add_watch(const std::string& path, Watch watch) {
   std::lock_guard lock(mutex_);
-  watches_.emplace(path, std::move(watch));
+  watches_.emplace(path, std::pair(++last_watch_id_, std::move(watch)));
+  return last_watch_id_;
+}
+
+void Session::drop_watch(const std::string& path, std::uint64_t id) {
+  std::lock_guard lock(mutex_);
+  const auto [first, last] = watches_.equal_range(path);
+  for (auto it = first; it != last; ++it) {
+    if (it->second.first == id) {
+      watches_.erase(it);
+      return;
+    }
+  }
 }
 
 void Session::on_event(zhandle_t*, int type, int state, const char* path, void* context) {
@@ -243,19 +273,19 @@ void Session::event(int type, int state, const char* path) {
   {
     std::lock_guard lock(mutex_);
     const auto [first, last] = watches_.equal_range(path);
-    for (auto it = first; it != last; ++it) fired.push_back(std::move(it->second));
+    for (auto it = first; it != last; ++it) fired.push_back(std::move(it->second.second));
     watches_.erase(first, last);
   }
   for (auto& watch : fired) watch(type);
 }
 
 void Session::fire_all() {
-  std::multimap<std::string, Watch> fired;
+  std::multimap<std::string, std::pair<std::uint64_t, Watch>> fired;
   {
     std::lock_guard lock(mutex_);
     fired.swap(watches_);
   }
-  for (auto& [path, watch] : fired) watch(ZOO_SESSION_EVENT);
+  for (auto& [path, watch] : fired) watch.second(ZOO_SESSION_EVENT);
 }
 
 }  // namespace dlock::backends::zookeeper

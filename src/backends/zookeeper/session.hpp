@@ -98,15 +98,19 @@ class Session {
   // `open`: with OPEN_ACL_UNSAFE whatever the credentials (the parents of dlock's own path).
   Reply<Node> create(const std::string& path, const std::string& data, int mode, bool open = false);  // data: the path made
   Reply<std::vector<std::string>> children(const std::string& path);
+  // With a watch: called when the node changes or goes, or the session ends; a node not there
+  // gets no watch (the read answers ZNONODE), as ZooKeeper sets none on a missing node's data.
   Reply<Node> get(const std::string& path, Watch watch = {});
-  Reply<Node> exists(const std::string& path, Watch watch = {});
+  Reply<Node> exists(const std::string& path);
   Reply<Node> set(const std::string& path, const std::string& data, int version);
   Reply<Node> remove(const std::string& path, int version);
 
  private:
   static void on_event(zhandle_t* zh, int type, int state, const char* path, void* context);
   void event(int type, int state, const char* path);
-  void add_watch(const std::string& path, Watch watch);
+  static void watched_data_done(int rc, const char* value, int length, const Stat* stat, const void* data);
+  std::uint64_t add_watch(const std::string& path, Watch watch);
+  void drop_watch(const std::string& path, std::uint64_t id);
   void fire_all();
 
   const std::function<void()> on_expired_;
@@ -118,7 +122,8 @@ class Session {
   bool over_ = false;  // see expired()
   std::chrono::steady_clock::time_point disconnected_at_{};
   std::chrono::milliseconds negotiated_{0};
-  std::multimap<std::string, Watch> watches_;
+  std::uint64_t last_watch_id_ = 0;
+  std::multimap<std::string, std::pair<std::uint64_t, Watch>> watches_;
   zhandle_t* zh_ = nullptr;
 };
 

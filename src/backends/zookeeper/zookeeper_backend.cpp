@@ -1,7 +1,9 @@
 // zookeeper://: the lock recipe of ZooKeeper's documentation (seed 003). Every acquirer makes
 // an ephemeral sequential node under the key's container node; the lowest holds the key; a
-// waiter watches only the node just before its own, so a release wakes one waiter (FIFO, no
-// herd). The session is the lease: a holder's node disappears when its session ends, and the
+// waiter watches only the two nodes just before its own, so a release wakes at most two
+// waiters (FIFO, no herd): the next holder, which takes the key without reading anything, and
+// the one behind it, which reads the queue while the new holder works and so is next in line
+// with nothing to read either. The session is the lease: a holder's node disappears when its session ends, and the
 // holder trusts its lock only until the session could have expired, measured from its last
 // answer (Acquired::lease). Fencing tokens are the holder node's czxid, the ensemble's
 // transaction id, which never goes back across leader changes, restarts and the deletion and
@@ -14,6 +16,7 @@
 #include <condition_variable>
 #include <map>
 #include <mutex>
+#include <set>
 #include <sstream>
 #include <string>
 #include <tuple>
@@ -38,17 +41,25 @@ struct Settings {
   std::string root = "/dlock";
 };
 
-// Wakes one waiting call: its predecessor's node changed, or the session ended.
+// Wakes one waiting call: a node it watches before its own changed or went, or the session
+// ended.
 struct Signal {
   std::mutex mutex;
   std::condition_variable cv;
   bool fired = false;
-  std::string gone;  // the node found deleted, if that is what woke it
-  void fire(std::string deleted = {}) {
+  std::set<std::string> gone;      // nodes seen deleted since the call last looked
+  std::set<std::string> watching;  // nodes with a watch of the call's that has not fired
+  // True when `path` is not watched yet, and marks it watched.
+  bool watch(const std::string& path) {
+    std::lock_guard lock(mutex);
+    return watching.insert(path).second;
+  }
+  void fire(const std::string& path, bool deleted) {
     {
       std::lock_guard lock(mutex);
       fired = true;
-      if (!deleted.empty()) gone = std::move(deleted);
+      watching.erase(path);
+      if (deleted) gone.insert(path);
     }
     cv.notify_all();
   }
@@ -437,16 +448,22 @@ class ZooKeeperBackend final : public backend::Backend, public backend::Activity
     }
     const Child& first = look.queue.front();
     const std::string first_path = dir + "/" + first.name;
-    auto holder_reply = s.get(first_path);
-    std::optional<Reply<Node>> predecessor;
-    const std::string before = wake ? dir + "/" + look.queue[look.index - 1].name : std::string();
-    if (wake) {
-      predecessor.emplace(s.exists(before, [wake, before](int type) {
-        wake->fire(type == ZOO_DELETED_EVENT ? before : std::string());
-      }));
+    // A waiting call watches the two nodes before its own (the holder's read doubles as a
+    // watch when the holder is one of them).
+    std::optional<Reply<Node>> holder_reply;
+    std::vector<std::pair<std::string, Reply<Node>>> watched;
+    for (std::size_t back = 1; wake && back <= std::min<std::size_t>(2, look.index); ++back) {
+      const std::string path = dir + "/" + look.queue[look.index - back].name;
+      if (!wake->watch(path)) continue;
+      auto reply = s.get(path, [wake, path](int type) { wake->fire(path, type == ZOO_DELETED_EVENT); });
+      if (back == look.index) holder_reply = reply;
+      watched.emplace_back(path, std::move(reply));
     }
-    const int rc = holder_reply.rc();
-    if (predecessor && predecessor->rc() == ZNONODE) wake->fire(before);  // gone already: look again at once
+    if (!holder_reply) holder_reply = s.get(first_path);
+    for (auto& [path, reply] : watched) {
+      if (reply.rc() == ZNONODE) wake->fire(path, true);  // gone already: look again at once
+    }
+    const int rc = holder_reply->rc();
     if (rc == ZNONODE) {
       if (!wake) {
         drop(s, look.node, request.key);
@@ -455,17 +472,17 @@ class ZooKeeperBackend final : public backend::Backend, public backend::Activity
       return wake ? std::optional<backend::AcquireResult>(backend::Busy{std::nullopt, milliseconds(0)}) : std::nullopt;
     }
     check(rc, "acquire", request.key);
-    const auto data = from_data(holder_reply.value().data);
+    const auto data = from_data(holder_reply->value().data);
     if (data && first.tag == owner_tag(request.owner) && data->owner == request.owner && !data->evicted) {
       // A re-entry: the holder is this owner. The caller's own node goes.
       drop(s, look.node, request.key);
       look.node.clear();
       NodeData more = *data;
       ++more.holds;
-      auto set = s.set(first_path, to_data(more), holder_reply.value().stat.version);
+      auto set = s.set(first_path, to_data(more), holder_reply->value().stat.version);
       if (set.rc() == ZNONODE || set.rc() == ZBADVERSION) return std::nullopt;
       check(set.rc(), "acquire", request.key, Write::yes);
-      const auto token = static_cast<std::uint64_t>(holder_reply.value().stat.czxid);
+      const auto token = static_cast<std::uint64_t>(holder_reply->value().stat.czxid);
       const backend::LeaseRef lease{request.key, request.owner, token};
       remember(lease, first_path, more.holds, set.value().stat.version);
       return backend::Acquired{token, more.holds, std::nullopt, s.timeout()};
@@ -475,7 +492,7 @@ class ZooKeeperBackend final : public backend::Backend, public backend::Activity
       look.node.clear();
     }
     if (!data) return backend::Busy{std::nullopt, milliseconds(0)};
-    LockInfo info = to_info(request.key, holder_reply.value().stat, *data, look.queue.size() - 1);
+    LockInfo info = to_info(request.key, holder_reply->value().stat, *data, look.queue.size() - 1);
     // Its node goes when it releases or its session ends, and the watch fires; the core's
     // bound on the wait is only a fallback.
     const auto retry = std::max(data->session_timeout, milliseconds(1000));
@@ -732,17 +749,13 @@ class QueueWaiter final : public backend::Waiter {
   backend::AcquireResult attempt() override {
     const backend::AcquireRequest request{key_, owner_, ttl_};
     for (;;) {
-      std::string gone;
+      std::set<std::string> gone;
       {
         std::lock_guard lock(signal_->mutex);
-        gone = std::exchange(signal_->gone, {});
+        gone.swap(signal_->gone);
       }
       const bool queued = !look_.node.empty() && look_.session == backend_.session();
-      if (queued && look_.index == 1 && gone == backend_.key_path(key_) + "/" + look_.queue.front().name) {
-        // The only node before this one is gone, and none can come before it (sequence numbers
-        // only grow): first now, without reading the queue again.
-        look_.index = 0;
-      } else if (!queued || !backend_.refresh(look_, key_)) {
+      if (!queued || (!skip(gone) && !backend_.refresh(look_, key_))) {
         // First attempt, or the node went with a session that ended: queue (again).
         look_ = Look{};
         look_ = backend_.enqueue(request);
@@ -765,6 +778,22 @@ class QueueWaiter final : public backend::Waiter {
   const std::string key_;
   const std::string owner_;
   const milliseconds ttl_;
+  // Takes the nodes seen deleted out of the queue as last read, when that tells where this
+  // call's node stands without reading it again: none of those before it is left (it is
+  // first: sequence numbers only grow, so no node can come before it), or one, which it
+  // watches.
+  bool skip(const std::set<std::string>& gone) {
+    if (gone.empty()) return false;
+    const std::string dir = backend_.key_path(key_) + "/";
+    const auto ahead = look_.queue.begin() + static_cast<std::ptrdiff_t>(look_.index);
+    const auto left = std::remove_if(look_.queue.begin(), ahead,
+                                     [&](const Child& child) { return gone.count(dir + child.name) != 0; });
+    const auto removed = static_cast<std::size_t>(ahead - left);
+    look_.queue.erase(left, ahead);
+    look_.index -= removed;
+    return removed != 0 && look_.index <= 1;
+  }
+
   const std::shared_ptr<Signal> signal_ = std::make_shared<Signal>();
   Look look_;
 };

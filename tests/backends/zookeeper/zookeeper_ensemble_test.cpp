@@ -525,6 +525,69 @@ TEST_F(ZooKeeper, ForceReleaseDeletesTheNodeAndTheHolderLearns) {
       << "the evicted holder's release touched the new holder";
 }
 
+// ---- Waiters that give up ----
+
+// Each waiter watches the two nodes before its own and takes the key, without reading the
+// queue, once it has seen every node that was before it at its last look deleted. Waiters
+// giving up in the middle of the queue must neither stall it nor change its order: with H
+// holding and W1..W4 queued in that order, W1 and W3 give up; then the key goes to W2 and
+// then to W4, each woken by its watch (the fallback retry is the 10 s session timeout), and
+// never to two at once.
+TEST_F(ZooKeeper, WaitersGivingUpMidQueueKeepItsOrder) {
+  start(1);
+  const std::string u = url(servers_->url(), "session_timeout=10s");
+  const std::string k = key();
+  Client holder_client = Client::open(u);
+  Lease held = holder_client.acquire(k);
+
+  struct Waiter {
+    Client client;
+    std::future<bool> took;
+  };
+  std::mutex log_mutex;
+  std::vector<std::pair<int, Clock::time_point>> order;  // who took the key, when
+  std::vector<Waiter> waiters;
+  waiters.reserve(4);  // each thread keeps a reference to its client
+  for (int i = 1; i <= 4; ++i) {
+    const bool gives_up = i == 1 || i == 3;
+    waiters.push_back({Client::open(u), {}});
+    Client& client = waiters.back().client;
+    waiters.back().took = std::async(std::launch::async, [&, i, gives_up, &client = client] {
+      Attempt attempt = client.try_acquire_for(k, gives_up ? 2s : 30s);
+      if (!attempt) return false;
+      {
+        std::lock_guard lock(log_mutex);
+        order.emplace_back(i, Clock::now());
+      }
+      std::this_thread::sleep_for(50ms);
+      attempt.lease().release();
+      return true;
+    });
+    // The next waiter queues only once this one is in the queue: the order is W1..W4.
+    ASSERT_TRUE(eventually(
+        [&] {
+          const auto info = holder_client.inspect(k);
+          return info && info->queue && info->queue->size() == static_cast<std::size_t>(i);
+        },
+        5s))
+        << "waiter " << i << " never showed in the queue";
+  }
+  EXPECT_FALSE(waiters[0].took.get()) << "W1 took the key while H held it";
+  EXPECT_FALSE(waiters[2].took.get()) << "W3 took the key while H held it";
+  const auto released = Clock::now();
+  held.release();
+  ASSERT_EQ(waiters[1].took.wait_for(8s), std::future_status::ready) << "W2 was not woken by H's release";
+  EXPECT_TRUE(waiters[1].took.get());
+  ASSERT_EQ(waiters[3].took.wait_for(8s), std::future_status::ready) << "W4 was not woken by W2's release";
+  EXPECT_TRUE(waiters[3].took.get());
+  ASSERT_EQ(order.size(), 2u);
+  EXPECT_EQ(order[0].first, 2) << "the key went out of queue order";
+  EXPECT_EQ(order[1].first, 4) << "the key went out of queue order";
+  EXPECT_GE(order[1].second - order[0].second, 50ms) << "W4 took the key while W2 held it";
+  std::printf("W2 took the key %lld ms after H released it, W4 %lld ms after W2 took it\n",
+              ms(order[0].second - released), ms(order[1].second - order[0].second));
+}
+
 // ---- A server restart ----
 
 TEST_F(ZooKeeper, TokensRiseAcrossAServerRestart) {
