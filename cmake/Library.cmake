@@ -106,6 +106,9 @@ if(DLOCK_WITH_ZOOKEEPER)
 endif()
 if(DLOCK_WITH_SQLITE)
   target_sources(dlock_objects PRIVATE
+    src/backends/sqlite/connection.cpp
+    src/backends/sqlite/errors.cpp
+    src/backends/sqlite/host.cpp
     src/backends/sqlite/sqlite_backend.cpp
     src/backends/sqlite/wake_board.cpp)
   target_include_directories(dlock_objects PRIVATE ${SQLite3_INCLUDE_DIRS})

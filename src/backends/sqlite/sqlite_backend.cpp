@@ -11,15 +11,15 @@
 #include <cerrno>
 #include <cstdint>
 #include <cstdlib>
-#include <cstring>
-#include <ctime>
 #include <filesystem>
-#include <fstream>
 #include <mutex>
 #include <string>
 #include <system_error>
 #include <vector>
 
+#include "backends/sqlite/connection.hpp"
+#include "backends/sqlite/errors.hpp"
+#include "backends/sqlite/host.hpp"
 #include "backends/sqlite/wake_board.hpp"
 #include "core/log.hpp"
 #include "dlock/errors.hpp"
@@ -27,8 +27,14 @@
 namespace dlock::backends {
 namespace {
 
-constexpr const char* kName = "sqlite";
-constexpr const char* kFix = "choose a writable directory: sqlite:///path/to/locks.db";
+using sqlite::boot_time_us;
+using sqlite::Connection;
+using sqlite::create_parent_directories;
+using sqlite::kName;
+using sqlite::path_error;
+using sqlite::Query;
+using sqlite::read_boot_id;
+
 constexpr long long kSchemaVersion = 2;
 constexpr std::chrono::milliseconds kDefaultBusyTimeout{10'000};
 constexpr std::chrono::milliseconds kMaxBusyTimeout{24 * 3'600'000};
@@ -155,16 +161,6 @@ CREATE TABLE IF NOT EXISTS dlock_activity(id INTEGER PRIMARY KEY CHECK (id = 0),
   acquisitions INTEGER NOT NULL, conflicts INTEGER NOT NULL, waits INTEGER NOT NULL,
   wait_us INTEGER NOT NULL, renewals INTEGER NOT NULL, losses INTEGER NOT NULL))sql";
 
-// The host-wide clock every process on this host shares; it does not jump with NTP and keeps
-// counting through suspend. It restarts at boot, hence the boot id in dlock_meta.
-std::int64_t boot_time_us() noexcept {
-  timespec ts{};
-  ::clock_gettime(CLOCK_BOOTTIME, &ts);
-  return static_cast<std::int64_t>(ts.tv_sec) * 1'000'000 + ts.tv_nsec / 1000;
-}
-
-void now_us(sqlite3_context* context, int, sqlite3_value**) { sqlite3_result_int64(context, boot_time_us()); }
-
 std::chrono::milliseconds ceil_ms(std::int64_t us) {
   return std::chrono::milliseconds(us <= 0 ? 0 : (us + 999) / 1000);
 }
@@ -173,250 +169,9 @@ std::int64_t ttl_us(std::chrono::milliseconds ttl) {
   return std::clamp<std::int64_t>(ttl.count(), 0, kMaxTtlMs) * 1000;
 }
 
-[[noreturn]] void throw_sqlite_error(sqlite3* db, int rc, const std::string& path, std::string_view key = {}) {
-  std::string message = db ? sqlite3_errmsg(db) : sqlite3_errstr(rc);
-  switch (rc & 0xff) {
-    case SQLITE_CANTOPEN:
-    case SQLITE_READONLY:
-    case SQLITE_PERM:
-    case SQLITE_AUTH:
-      // "unable to open database file" alone does not say why.
-      if (const int err = db ? sqlite3_system_errno(db) : 0; err != 0) message += std::string(" (") + std::strerror(err) + ")";
-      throw ConfigurationError("cannot use " + path + " as the lock database: " + message + " (" + kFix + ")", kName);
-    case SQLITE_NOTADB:
-      throw ConfigurationError(path + " is not a SQLite database (" + message +
-                                   "); point the URL at a new file: sqlite:///path/to/locks.db",
-                               kName);
-    case SQLITE_BUSY:
-    case SQLITE_LOCKED:
-      throw BackendError("the lock database " + path + " stayed busy past busy_timeout: " + message, kName,
-                         std::string(key), true);
-    default:
-      throw BackendError("SQLite failed on " + path + ": " + message, kName, std::string(key));
-  }
-}
-
-// One sqlite3 handle with its cached statements, used by one thread at a time.
-class Connection {
- public:
-  Connection(const std::string& path, int busy_ms) : path_(path) {
-    const int rc = sqlite3_open_v2(path.c_str(), &db_, SQLITE_OPEN_READWRITE | SQLITE_OPEN_CREATE | SQLITE_OPEN_NOMUTEX,
-                                   nullptr);
-    try {
-      if (rc != SQLITE_OK) fail(rc);
-      // A file we may not write opens read-only without an error; say so now.
-      if (sqlite3_db_readonly(db_, "main") == 1) {
-        throw ConfigurationError("cannot use " + path_ + " as the lock database: this user may not write it (" +
-                                     kFix + ")",
-                                 kName);
-      }
-      sqlite3_extended_result_codes(db_, 1);
-      busy_.timeout = std::chrono::milliseconds(busy_ms);
-      sqlite3_busy_handler(db_, &Connection::on_busy, &busy_);
-      // One host: a power loss that drops the last commits also killed every holder, so a
-      // commit need not fsync (WAL checkpoints still do).
-      //
-      // Every process that opens the file first rebuilds the WAL index by reading the whole
-      // WAL, and a checkpoint on close costs three fsyncs: both would dominate a short-lived
-      // `dlock run`. So no checkpoint on close, and a small automatic checkpoint threshold
-      // keeps the WAL (and that rebuild) short; its file is capped at 1 MiB.
-      if (const int config = sqlite3_db_config(db_, SQLITE_DBCONFIG_NO_CKPT_ON_CLOSE, 1, nullptr); config != SQLITE_OK) {
-        fail(config);
-      }
-      exec("PRAGMA synchronous = NORMAL; PRAGMA wal_autocheckpoint = 32; PRAGMA journal_size_limit = 1048576");
-      const int fn = sqlite3_create_function_v2(db_, "dlock_now_us", 0, SQLITE_UTF8, nullptr, now_us, nullptr,
-                                                nullptr, nullptr);
-      if (fn != SQLITE_OK) fail(fn);
-    } catch (...) {
-      sqlite3_close_v2(db_);  // sqlite3_open_v2 allocates a handle even when it fails
-      throw;
-    }
-  }
-
-  ~Connection() {
-    for (sqlite3_stmt* statement : statements_) sqlite3_finalize(statement);
-    sqlite3_close_v2(db_);  // rolls back an open transaction
-  }
-
-  Connection(const Connection&) = delete;
-  Connection& operator=(const Connection&) = delete;
-
-  sqlite3* db() const noexcept { return db_; }
-  const std::string& path() const noexcept { return path_; }
-  std::chrono::milliseconds busy_timeout() const noexcept { return busy_.timeout; }
-
-  [[noreturn]] void fail(int rc, std::string_view key = {}) const { throw_sqlite_error(db_, rc, path_, key); }
-
-  void exec(const char* sql) {
-    const int rc = sqlite3_exec(db_, sql, nullptr, nullptr, nullptr);
-    if (rc != SQLITE_OK) fail(rc);
-  }
-
-  sqlite3_stmt* prepare(const char* sql, unsigned flags) {
-    sqlite3_stmt* statement = nullptr;
-    const int rc = sqlite3_prepare_v3(db_, sql, -1, flags, &statement, nullptr);
-    if (rc != SQLITE_OK) fail(rc);
-    return statement;
-  }
-
-  sqlite3_stmt* cached(Sql which) {
-    sqlite3_stmt*& statement = statements_[which];
-    if (!statement) statement = prepare(kSql[which], SQLITE_PREPARE_PERSISTENT);
-    return statement;
-  }
-
- private:
-  struct Busy {
-    std::chrono::milliseconds timeout{0};
-    std::chrono::steady_clock::time_point since;
-  };
-
-  // SQLite's own busy handler sleeps at least 1 ms, several times a lock's whole critical
-  // section; write transactions here last microseconds, so back off from 20 µs instead.
-  static int on_busy(void* context, int count) {
-    auto& busy = *static_cast<Busy*>(context);
-    const auto now = std::chrono::steady_clock::now();
-    if (count == 0) busy.since = now;
-    if (now - busy.since >= busy.timeout) return 0;
-    const auto pause = std::chrono::microseconds(20 << std::min(count, 6));  // up to 1.28 ms
-    ::usleep(static_cast<useconds_t>(pause.count()));
-    return 1;
-  }
-
-  std::string path_;
-  sqlite3* db_ = nullptr;
-  Busy busy_;
-  std::array<sqlite3_stmt*, kSqlCount> statements_{};
-};
-
-// One execution of a statement: binds, steps, and resets it when done.
-class Query {
- public:
-  Query(Connection& connection, Sql which, std::string_view key = {})
-      : connection_(connection), statement_(connection.cached(which)), key_(key) {}
-  Query(Connection& connection, const char* sql)
-      : connection_(connection), statement_(connection.prepare(sql, 0)), owned_(true) {}
-
-  ~Query() {
-    if (owned_) {
-      sqlite3_finalize(statement_);
-    } else {
-      sqlite3_reset(statement_);
-      sqlite3_clear_bindings(statement_);
-    }
-  }
-
-  Query(const Query&) = delete;
-  Query& operator=(const Query&) = delete;
-
-  Query& bind(int index, std::string_view text) {
-    // A null data pointer would bind SQL NULL, not ''.
-    check(sqlite3_bind_text(statement_, index, text.empty() ? "" : text.data(), static_cast<int>(text.size()),
-                            SQLITE_STATIC));
-    return *this;
-  }
-  Query& bind(int index, std::int64_t value) {
-    check(sqlite3_bind_int64(statement_, index, value));
-    return *this;
-  }
-  // An empty BLOB, which sorts after every TEXT value.
-  Query& bind_empty_blob(int index) {
-    check(sqlite3_bind_zeroblob(statement_, index, 0));
-    return *this;
-  }
-
-  // True when a row is ready; false when the statement is done (and, in autocommit mode,
-  // committed).
-  bool step() {
-    const int rc = sqlite3_step(statement_);
-    if (rc == SQLITE_ROW) return true;
-    if (rc == SQLITE_DONE) return false;
-    connection_.fail(rc, key_);
-  }
-
-  // Steps a statement that yields at most one row: `read` copies its columns, then the
-  // statement runs to completion, which commits in autocommit mode. False when no row.
-  template <class Read>
-  bool one_row(Read&& read) {
-    if (!step()) return false;
-    read();
-    run();
-    return true;
-  }
-
-  // Runs the statement to completion, ignoring any rows.
-  void run() {
-    while (step()) {
-    }
-  }
-
-  std::int64_t int64(int column) const { return sqlite3_column_int64(statement_, column); }
-  std::string text(int column) const {
-    const auto* text = sqlite3_column_text(statement_, column);
-    if (!text) return {};
-    return std::string(reinterpret_cast<const char*>(text),
-                       static_cast<std::size_t>(sqlite3_column_bytes(statement_, column)));
-  }
-
- private:
-  void check(int rc) const {
-    if (rc != SQLITE_OK) connection_.fail(rc, key_);
-  }
-
-  Connection& connection_;
-  sqlite3_stmt* statement_;
-  std::string_view key_;
-  bool owned_ = false;
-};
-
-std::string read_boot_id() {
-  std::ifstream in("/proc/sys/kernel/random/boot_id");
-  std::string id;
-  std::getline(in, id);
-  if (id.empty()) {
-    throw ConfigurationError(
-        "sqlite:// needs /proc/sys/kernel/random/boot_id to tell leases of an earlier boot (is /proc mounted?)",
-        kName);
-  }
-  return id;
-}
-
-[[noreturn]] void path_error(const std::string& what, const std::string& path, int err) {
-  throw ConfigurationError(what + " " + path + " for the lock database: " + std::strerror(err) + " (" + kFix + ")",
-                           kName);
-}
-
-// mkdir -p, making only the directories that are missing, each private to this user.
-void create_parent_directories(const std::filesystem::path& file) {
-  std::vector<std::filesystem::path> missing;
-  for (auto dir = file.parent_path(); !dir.empty(); dir = dir.parent_path()) {
-    struct stat st {};
-    if (::stat(dir.c_str(), &st) == 0) {
-      if (!S_ISDIR(st.st_mode)) path_error("cannot use", dir.string(), ENOTDIR);
-      break;
-    }
-    if (errno != ENOENT) path_error("cannot reach", dir.string(), errno);
-    missing.push_back(dir);
-    if (dir == dir.parent_path()) break;
-  }
-  for (auto it = missing.rbegin(); it != missing.rend(); ++it) {
-    if (::mkdir(it->c_str(), 0700) != 0 && errno != EEXIST) path_error("cannot create directory", it->string(), errno);
-  }
-}
-
-// By default every SQLite page cache starts by carving out 20 page slots and touching each
-// one; the lock file has a handful of pages, and a short-lived `dlock run` pays for every
-// page fault. SQLite accepts this only before it initializes, so it applies when dlock is the
-// first user of SQLite in the process and changes nothing otherwise.
-void skip_page_cache_preallocation() {
-  static std::once_flag once;
-  std::call_once(once, [] { sqlite3_config(SQLITE_CONFIG_PAGECACHE, nullptr, 0, 0); });
-}
-
 class SqliteBackend final : public backend::Backend, public backend::ActivityLedger {
  public:
   SqliteBackend(const std::string& path, int busy_ms) : busy_ms_(busy_ms) {
-    skip_page_cache_preallocation();
     std::error_code ec;
     const auto absolute = std::filesystem::absolute(path, ec).lexically_normal();
     if (ec) path_error("cannot resolve", path, ec.value());
@@ -426,7 +181,7 @@ class SqliteBackend final : public backend::Backend, public backend::ActivityLed
         ::faccessat(AT_FDCWD, absolute.parent_path().c_str(), W_OK | X_OK, AT_EACCESS) != 0) {
       path_error("cannot create", absolute.string(), errno);
     }
-    auto first = std::make_unique<Connection>(absolute.string(), busy_ms_);
+    auto first = std::make_unique<Connection>(absolute.string(), busy_ms_, kSql);
     // Every connection and the wake board must name the same file as every other process,
     // whatever this process's working directory later is or the symlinks it went through.
     if (char* resolved = ::realpath(absolute.c_str(), nullptr)) {
@@ -627,7 +382,7 @@ class SqliteBackend final : public backend::Backend, public backend::ActivityLed
           backend_.idle_.pop_back();
         }
       }
-      if (!connection_) connection_ = std::make_unique<Connection>(backend_.path_, backend_.busy_ms_);
+      if (!connection_) connection_ = std::make_unique<Connection>(backend_.path_, backend_.busy_ms_, kSql);
     }
     ~Borrowed() {
       // A connection left inside a transaction by an error is closed, which rolls it back.
