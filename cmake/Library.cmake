@@ -89,7 +89,11 @@ if(DLOCK_WITH_REDIS)
     src/backends/redis/keys.cpp
     src/backends/redis/redis_backend.cpp
     src/backends/redis/subscriber.cpp
+    src/backends/redlock/activity.cpp
     src/backends/redlock/redlock_backend.cpp
+    src/backends/redlock/server_bell.cpp
+    src/backends/redlock/servers.cpp
+    src/backends/redlock/settings.cpp
     ${generated}/redis/lua_scripts.hpp
     ${generated}/redlock/lua_scripts.hpp)
   target_include_directories(dlock_objects PRIVATE ${PROJECT_BINARY_DIR}/generated)

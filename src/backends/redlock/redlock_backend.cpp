@@ -21,21 +21,18 @@
 
 #include <algorithm>
 #include <atomic>
-#include <charconv>
-#include <cstdio>
 #include <functional>
 #include <map>
-#include <mutex>
 #include <random>
-#include <thread>
 
 #include "backends/bell_waiter.hpp"
-#include "backends/redis/connection.hpp"
 #include "backends/redis/keys.hpp"
-#include "backends/redis/lua_scripts.hpp"
 #include "backends/redis/subscriber.hpp"
-#include "backends/redlock/lua_scripts.hpp"
-#include "dlock/errors.hpp"
+#include "backends/redlock/activity.hpp"
+#include "backends/redlock/common.hpp"
+#include "backends/redlock/server_bell.hpp"
+#include "backends/redlock/servers.hpp"
+#include "backends/redlock/settings.hpp"
 
 namespace dlock::backends {
 namespace redlock {
@@ -43,36 +40,14 @@ namespace {
 
 using Clock = std::chrono::steady_clock;
 using std::chrono::milliseconds;
-using redis::Connection;
 using redis::integer;
 using redis::is_nil;
 using redis::kAlive;
 using redis::kCollectBatch;
-using redis::kHeartbeat;
 using redis::kMaxPage;
 using redis::kMaxStale;
-using redis::Pool;
 using redis::RedisError;
-using redis::Reply;
 using redis::text;
-
-const std::string kName = "redlock";
-constexpr std::size_t kMinServers = 3;
-// Redlock wants per-server timeouts well below the lease: a server that does not answer in
-// time only costs its vote.
-constexpr milliseconds kConnectTimeout{250};
-constexpr milliseconds kCommandTimeout{500};
-// A server that failed is left out of every round this long, then tried again: a dead or
-// unreachable server costs one failed try per period, not one per operation.
-constexpr milliseconds kRetryDown{1'000};
-
-enum Script : std::size_t {
-  kAcquire, kAdopt, kRenew, kRelease, kInspect, kForceRelease, kList, kCollect, kAddActivity, kSleep, kLeave
-};
-const std::vector<std::string_view> kSources = {
-    redis::lua::kAcquireLua, lua::kAdoptLua,       redis::lua::kRenewLua,   lua::kReleaseLua,
-    redis::lua::kInspectLua, lua::kForceReleaseLua, redis::lua::kListLua,   redis::lua::kCollectLua,
-    redis::lua::kAddActivityLua, lua::kSleepLua,   lua::kLeaveLua};
 
 // Redlock's allowance for servers' clocks running at different rates: 1 % of the TTL plus 2 ms.
 milliseconds drift(milliseconds ttl) { return milliseconds(2) + ttl / 100; }
@@ -87,50 +62,6 @@ milliseconds backoff(milliseconds ttl) {
   return milliseconds(std::uniform_int_distribution<milliseconds::rep>(1, most.count())(random));
 }
 
-struct Settings {
-  std::vector<redis::Endpoint> servers;
-  std::string ns = redis::kDefaultNamespace;
-  milliseconds command_timeout = kCommandTimeout;
-};
-
-struct Server {
-  explicit Server(redis::Endpoint endpoint) : pool(std::move(endpoint)) {}
-  Pool pool;
-  std::atomic<Clock::rep> left_out_until{0};
-  std::mutex mutex;
-  std::string last_error;  // why it is left out
-};
-
-// The keys of one lock, with the waiters' sleepers and bell (lua/bells.lua).
-struct Keys {
-  Keys(const std::string& ns, std::string_view key, const redis::StoreKeys& store)
-      : lock(ns, key, store.held, store.known), sleepers(lock.sleepers()), bell(lock.bell()) {}
-  std::vector<std::string_view> with_bell() const {
-    auto keys = lock.all();
-    keys.push_back(sleepers);
-    keys.push_back(bell);
-    return keys;
-  }
-  redis::LockKeys lock;
-  std::string sleepers, bell;
-};
-
-using Args = std::vector<std::string_view>;
-
-// One round: a script (or, with none, the plain command in args) for each server that has args.
-struct Request {
-  std::optional<Script> script;
-  std::vector<std::string_view> keys;
-  std::vector<std::optional<Args>> args;
-};
-
-// One server's part of a round: its reply, or why there is none.
-struct Answer {
-  Reply reply;
-  std::optional<RedisError> error;
-  bool ok() const noexcept { return reply != nullptr; }
-};
-
 // A server's grant of an acquisition: the token it drew (or already had) and its hold count.
 struct Grant {
   std::size_t server;
@@ -139,7 +70,7 @@ struct Grant {
 };
 
 
-class RedlockBackend final : public backend::Backend, public backend::ActivityLedger {
+class RedlockBackend final : public backend::Backend {
  public:
   explicit RedlockBackend(Settings settings);
 
@@ -160,26 +91,14 @@ class RedlockBackend final : public backend::Backend, public backend::ActivityLe
   std::unique_ptr<backend::Waiter> waiter(const backend::AcquireRequest& request) override;
   void ping() override;
   std::size_t collect_idle() override;
-  backend::ActivityLedger* activity() noexcept override { return this; }
-  void add(const Activity& delta) override;
-  Activity totals() override;
-
-  // For the bell channel.
-  Keys keys(std::string_view key) const { return Keys(settings_.ns, key, store_); }
-  std::size_t servers() const noexcept { return servers_.size(); }
-  std::optional<std::string> left_out(std::size_t server) const;
-  void failed(std::size_t server, const RedisError& e);
-  Pool::Lease take(std::size_t server) { return servers_[server]->pool.take(); }
-  Reply run(Connection& connection, Script script, const Args& keys, const Args& args) {
-    return scripts_.run(connection, script, keys, args);
-  }
-  std::string new_waiter_id() { return waiter_prefix_ + "." + std::to_string(++waiters_); }
-  const std::string& alive_ms() const noexcept { return alive_ms_; }
+  backend::ActivityLedger* activity() noexcept override { return &activity_; }
 
  private:
-  std::vector<Answer> round(const Request& request, milliseconds timeout);
-  std::vector<std::optional<Args>> everyone(const Args& args) const { return {servers_.size(), args}; }
-  std::vector<std::optional<Args>> no_one() const { return std::vector<std::optional<Args>>(servers_.size()); }
+  Keys keys(std::string_view key) const { return Keys(settings_.ns, key, store_); }
+  std::string new_waiter_id() { return waiter_prefix_ + "." + std::to_string(++waiters_); }
+  std::vector<Answer> round(const Request& request, milliseconds timeout) { return servers_.round(request, timeout); }
+  std::vector<std::optional<Args>> everyone(const Args& args) const { return servers_.everyone(args); }
+  std::vector<std::optional<Args>> no_one() const { return servers_.no_one(); }
   std::optional<backend::Acquired> settle(const backend::AcquireRequest& request, const Keys& keys,
                                           std::vector<Grant>& grants, Clock::time_point sent);
   void undo(const backend::AcquireRequest& request, const Keys& keys, const std::vector<Grant>& grants);
@@ -188,123 +107,24 @@ class RedlockBackend final : public backend::Backend, public backend::ActivityLe
   std::optional<LockInfo> agreed(const std::vector<LockInfo>& seen, bool any = false) const;
   // The answer to an attempt that found the key held on the servers that answered.
   backend::Busy contended(const std::vector<LockInfo>& seen, std::size_t answered, milliseconds ttl) const;
-  // Throws the error of a round that fell short of a majority: `reached` servers answered,
-  // the others' errors are in `answers`.
-  [[noreturn]] void no_majority(const std::vector<Answer>& answers, std::size_t reached, std::string_view key,
-                                const std::string& what) const;
   [[noreturn]] void no_majority(const std::vector<Answer>& answers, std::string_view key,
                                 const std::string& what) const {
-    no_majority(answers, answered(answers), key, what);
-  }
-  std::size_t answered(const std::vector<Answer>& answers) const {
-    return static_cast<std::size_t>(std::count_if(answers.begin(), answers.end(), [](const Answer& a) { return a.ok(); }));
+    servers_.no_majority(answers, key, what);
   }
 
   Settings settings_;
-  std::vector<std::unique_ptr<Server>> servers_;
-  std::size_t quorum_;
-  redis::Scripts scripts_;
+  Servers servers_;
+  const std::size_t quorum_ = servers_.quorum();
   const redis::StoreKeys store_{settings_.ns};
   const std::string alive_ms_ = std::to_string(kAlive.count());
   const std::string waiter_prefix_ = redis::random_hex();
   std::atomic<std::uint64_t> waiters_{0};
   std::vector<std::unique_ptr<redis::Subscriber>> subscribers_;  // force-release notices, one per server
+  ActivityTotals activity_{servers_, store_.activity, settings_.command_timeout};
 };
 
 RedlockBackend::RedlockBackend(Settings settings)
-    : settings_(std::move(settings)), quorum_(settings_.servers.size() / 2 + 1), scripts_(kSources) {
-  for (auto& endpoint : settings_.servers) servers_.push_back(std::make_unique<Server>(endpoint));
-  // Connects to each server and loads the scripts now: a wrong address or password fails at
-  // open. A minority may be down; a server refusing the credentials is an error even so.
-  std::vector<Answer> answers(servers_.size());
-  std::size_t reached = 0;
-  for (std::size_t i = 0; i < servers_.size(); ++i) {
-    try {
-      auto connection = take(i);
-      scripts_.load_all(*connection);
-      ++reached;
-    } catch (const RedisError& e) {
-      if (!e.connection) redis::raise(e, servers_[i]->pool.endpoint(), kName, {}, false);
-      failed(i, e);
-      answers[i].error = e;
-    }
-  }
-  if (reached < quorum_) no_majority(answers, reached, {}, "cannot open");
-}
-
-std::optional<std::string> RedlockBackend::left_out(std::size_t server) const {
-  Server& s = *servers_[server];
-  if (Clock::now().time_since_epoch().count() >= s.left_out_until.load()) return std::nullopt;
-  std::lock_guard lock(s.mutex);
-  return "left out for " + std::to_string(kRetryDown.count()) + " ms after a failure: " + s.last_error;
-}
-
-void RedlockBackend::failed(std::size_t server, const RedisError& e) {
-  Server& s = *servers_[server];
-  {
-    std::lock_guard lock(s.mutex);
-    s.last_error = e.message;
-  }
-  s.left_out_until.store((Clock::now() + kRetryDown).time_since_epoch().count());
-}
-
-std::vector<Answer> RedlockBackend::round(const Request& request, milliseconds timeout) {
-  const std::size_t n = servers_.size();
-  std::vector<Answer> answers(n);
-  std::vector<std::optional<Pool::Lease>> connections(n);
-  const auto start = Clock::now();
-  for (std::size_t i = 0; i < n; ++i) {
-    if (!request.args[i]) continue;
-    if (auto why = left_out(i)) {
-      answers[i].error = RedisError{*why, true, false};
-      continue;
-    }
-    try {
-      connections[i].emplace(take(i));
-      if (request.script) {
-        scripts_.start(**connections[i], *request.script, request.keys, *request.args[i]);
-      } else {
-        (*connections[i])->send(*request.args[i]);
-      }
-    } catch (const RedisError& e) {
-      if (e.connection) failed(i, e);
-      answers[i].error = e;
-      connections[i].reset();
-    }
-  }
-  for (std::size_t i = 0; i < n; ++i) {
-    if (!connections[i]) continue;
-    // Answers that arrived meanwhile are read even when the time is up.
-    const auto left = std::max(std::chrono::ceil<milliseconds>(start + timeout - Clock::now()), milliseconds(1));
-    try {
-      answers[i].reply = request.script
-                             ? scripts_.finish(**connections[i], *request.script, request.keys, *request.args[i], left)
-                             : (*connections[i])->receive(left);
-    } catch (const RedisError& e) {
-      if (e.connection) failed(i, e);
-      answers[i].error = e;
-    }
-  }
-  return answers;
-}
-
-void RedlockBackend::no_majority(const std::vector<Answer>& answers, std::size_t reached, std::string_view key,
-                                 const std::string& what) const {
-  // An error reply (credentials, permissions, a replica) says more than an unreachable server.
-  for (std::size_t i = 0; i < answers.size(); ++i) {
-    if (answers[i].error && !answers[i].error->connection) {
-      redis::raise(*answers[i].error, servers_[i]->pool.endpoint(), kName, key, false);
-    }
-  }
-  std::string why;
-  for (std::size_t i = 0; i < answers.size(); ++i) {
-    if (answers[i].error) why += "; " + servers_[i]->pool.endpoint().redacted_url + ": " + answers[i].error->message;
-  }
-  throw ConnectionError("redlock:// " + what + (key.empty() ? "" : " '" + std::string(key) + "'") + ": " +
-                            std::to_string(reached) + " of " + std::to_string(servers_.size()) +
-                            " servers answered, and it takes a majority (" + std::to_string(quorum_) + ")" + why,
-                        kName, std::string(key));
-}
+    : settings_(std::move(settings)), servers_(settings_.servers) {}
 
 std::optional<LockInfo> RedlockBackend::agreed(const std::vector<LockInfo>& seen, bool any) const {
   std::map<std::string_view, std::vector<const LockInfo*>> by_owner;
@@ -501,8 +321,8 @@ bool RedlockBackend::watch(std::shared_ptr<backend::Events> events) {
   const auto evicted = [events = std::move(events)](std::string_view key) { events->evicted(key); };
   // Every server publishes its force-releases: a notice reaches the holder while any one of
   // them it subscribed to answers (a notice more than once costs a spurious check).
-  for (const auto& server : servers_) {
-    subscribers_.push_back(std::make_unique<redis::Subscriber>(server->pool.endpoint(), store_.evicted, evicted));
+  for (std::size_t i = 0; i < servers_.size(); ++i) {
+    subscribers_.push_back(std::make_unique<redis::Subscriber>(servers_.endpoint(i), store_.evicted, evicted));
   }
   // Each waits for its first try; they run at once, so a server down costs one timeout.
   std::size_t accepting = 0;
@@ -565,10 +385,10 @@ std::size_t RedlockBackend::collect_idle() {
   for (std::size_t i = 0; i < servers_.size(); ++i) {
     std::size_t here = 0;
     try {
-      auto connection = take(i);
+      auto connection = servers_.take(i);
       const std::string batch = std::to_string(kCollectBatch);
       for (std::string from = "-";;) {
-        answers[i].reply = run(*connection, kCollect, {store_.known, store_.held}, {settings_.ns, from, batch});
+        answers[i].reply = servers_.run(*connection, kCollect, {store_.known, store_.held}, {settings_.ns, from, batch});
         const auto& e = answers[i].reply->element;
         here += redis::u64(e[0]);
         if (integer(e[1]) == 1) break;
@@ -584,201 +404,9 @@ std::size_t RedlockBackend::collect_idle() {
   return removed;
 }
 
-void RedlockBackend::add(const Activity& delta) {
-  // The totals are the sum over the servers: each delta goes to one that answers.
-  const std::vector<std::string> counts = redis::activity_counts(delta);
-  std::vector<Answer> answers(servers_.size());
-  for (std::size_t i = 0; i < servers_.size(); ++i) {
-    if (auto why = left_out(i)) {
-      answers[i].error = RedisError{*why, true, false};
-      continue;
-    }
-    try {
-      auto connection = take(i);
-      run(*connection, kAddActivity, {store_.activity}, {counts.begin(), counts.end()});
-      return;
-    } catch (const RedisError& e) {
-      if (e.connection) failed(i, e);
-      answers[i].error = e;
-    }
-  }
-  no_majority(answers, {}, "cannot add activity");
-}
-
-Activity RedlockBackend::totals() {
-  Args command{"HMGET", store_.activity};
-  command.insert(command.end(), std::begin(redis::kActivityFields), std::end(redis::kActivityFields));
-  const auto answers = round({std::nullopt, {}, everyone(command)}, settings_.command_timeout);
-  if (answered(answers) < quorum_) no_majority(answers, {}, "cannot read the activity totals");
-  Activity total;
-  for (const auto& a : answers) {
-    if (a.ok()) redis::add_activity_reply(a.reply.get(), total);
-  }
-  return total;
-}
-
-// A waiting call's registration on one server, on a connection of its own, and its BLPOP on
-// the key's bell there. Releases ring the bell on every server where a waiter is registered.
-class ServerBell final : public Bell {
- public:
-  ServerBell(RedlockBackend& backend, std::string_view key)
-      : backend_(backend), keys_(backend.keys(key)), id_(backend.new_waiter_id()) {}
-  ~ServerBell() override { leave(false); }
-  ServerBell(const ServerBell&) = delete;
-  ServerBell& operator=(const ServerBell&) = delete;
-
-  // Registers before the attempt that follows, so a release after it rings for this waiter.
-  void arm() override {
-    woken_ = false;
-    if (server_) return;
-    for (std::size_t i = 0; i < backend_.servers() && !server_; ++i) {
-      if (backend_.left_out(i)) continue;
-      try {
-        connection_.emplace(backend_.take(i));
-        register_here();
-        server_ = i;
-      } catch (const RedisError& e) {
-        if (e.connection) backend_.failed(i, e);
-        connection_.reset();
-      }
-    }
-  }
-
-  bool wait_until(Clock::time_point deadline) override {
-    if (!server_) {
-      // Registered nowhere: the attempt's holder lease or back-off bounds the wait.
-      std::this_thread::sleep_until(std::min(deadline, Clock::now() + kHeartbeat));
-      return false;
-    }
-    try {
-      for (;;) {
-        auto now = Clock::now();
-        if (now - registered_ >= kHeartbeat) register_here();
-        now = Clock::now();
-        const auto until = std::min(deadline, now + kHeartbeat);
-        if (until <= now) return false;
-        const auto wait = std::max(std::chrono::ceil<milliseconds>(until - now), milliseconds(1));
-        char seconds[32];
-        std::snprintf(seconds, sizeof seconds, "%.3f", static_cast<double>(wait.count()) / 1000.0);
-        if (!is_nil((*connection_)->blocking({"BLPOP", keys_.bell, seconds}, wait).get())) {
-          woken_ = true;
-          return true;
-        }
-        if (Clock::now() >= deadline) return false;
-      }
-    } catch (const RedisError& e) {
-      // The next arm registers again, on a server that answers.
-      if (e.connection) backend_.failed(*server_, e);
-      server_.reset();
-      connection_.reset();
-      return false;
-    }
-  }
-
-  void abandon() noexcept override { leave(woken_); }
-
- private:
-  void register_here() {
-    backend_.run(**connection_, kSleep, {keys_.sleepers}, {id_, backend_.alive_ms()});
-    registered_ = Clock::now();
-  }
-  // Drops the registration, passing on a bell this waiter took and will not use.
-  void leave(bool pass) noexcept {
-    if (!server_) return;
-    server_.reset();
-    try {
-      backend_.run(**connection_, kLeave, {keys_.sleepers, keys_.bell}, {id_, backend_.alive_ms(), pass ? "1" : "0"});
-    } catch (...) {
-      // Unreachable: the registration lapses after kAlive.
-    }
-    connection_.reset();
-  }
-
-  RedlockBackend& backend_;
-  Keys keys_;
-  std::string id_;
-  std::optional<std::size_t> server_;  // where this waiter is registered
-  std::optional<Pool::Lease> connection_;
-  Clock::time_point registered_;
-  bool woken_ = false;  // took a bell since the last attempt
-};
-
 std::unique_ptr<backend::Waiter> RedlockBackend::waiter(const backend::AcquireRequest& request) {
-  return std::make_unique<BellWaiter>(*this, request, std::make_unique<ServerBell>(*this, request.key));
-}
-
-// "host:port" or "[v6]:port" (port 6379 when absent).
-std::pair<std::string, std::uint16_t> split_server(std::string_view item, const std::string& shown) {
-  std::string_view host = item, port;
-  if (item.substr(0, 1) == "[") {
-    const auto close = item.find(']');
-    if (close != std::string_view::npos) {
-      host = item.substr(1, close - 1);
-      if (item.size() > close + 1 && item[close + 1] == ':') port = item.substr(close + 2);
-    }
-  } else if (const auto colon = item.rfind(':'); colon != std::string_view::npos) {
-    host = item.substr(0, colon);
-    port = item.substr(colon + 1);
-  }
-  unsigned value = 6379;
-  if (!port.empty()) {
-    const auto [end, ec] = std::from_chars(port.data(), port.data() + port.size(), value);
-    if (ec != std::errc() || end != port.data() + port.size() || value == 0 || value > 65535) {
-      throw ConfigurationError("redlock:// server '" + std::string(item) + "' needs a port from 1 to 65535; got " + shown,
-                               kName);
-    }
-  }
-  if (host.empty()) throw ConfigurationError("redlock:// has an empty server in its list; got " + shown, kName);
-  return {std::string(host), static_cast<std::uint16_t>(value)};
-}
-
-Settings parse_settings(const core::Url& url) {
-  const std::string shown = url.redacted();
-  const std::string form = "redlock://[user:password@]host1:port,host2:port,host3:port[/db]";
-  core::UrlOptions options(url);
-  const auto connect_timeout = options.take_duration("connect_timeout").value_or(kConnectTimeout);
-  Settings settings;
-  settings.command_timeout = options.take_duration("command_timeout").value_or(kCommandTimeout);
-  settings.ns = redis::take_namespace(options, kName);
-  options.finish();
-  std::vector<std::pair<std::string, std::uint16_t>> hosts;
-  std::string_view list = url.host;
-  if (url.port) {
-    throw ConfigurationError("redlock:// takes its servers as a list, " + form + "; got " + shown, kName);
-  }
-  for (std::size_t at = 0; at <= list.size();) {
-    const auto comma = std::min(list.find(',', at), list.size());
-    auto server = split_server(list.substr(at, comma - at), shown);
-    if (std::find(hosts.begin(), hosts.end(), server) != hosts.end()) {
-      throw ConfigurationError("redlock:// lists " + server.first + ":" + std::to_string(server.second) +
-                                   " twice: Redlock needs independent servers; got " + shown,
-                               kName);
-    }
-    hosts.push_back(std::move(server));
-    at = comma + 1;
-  }
-  if (hosts.size() < kMinServers) {
-    throw ConfigurationError("redlock:// needs at least " + std::to_string(kMinServers) +
-                                 " independent servers, of which a majority must agree (" + form +
-                                 "; for one server use redis://); got " + shown,
-                             kName);
-  }
-  for (const auto& [host, port] : hosts) {
-    core::Url one = url;
-    one.scheme = "redis";
-    one.host = host;
-    one.port = port;
-    one.query.clear();
-    core::UrlOptions none(one);
-    redis::Endpoint endpoint = redis::parse_endpoint(one, none);
-    endpoint.connect_timeout = connect_timeout;
-    endpoint.command_timeout = settings.command_timeout;
-    settings.servers.push_back(std::move(endpoint));
-  }
-  if (connect_timeout.count() <= 0 || settings.command_timeout.count() <= 0) {
-    throw ConfigurationError("redlock:// connect_timeout and command_timeout must be positive; got " + shown, kName);
-  }
-  return settings;
+  auto bell = std::make_unique<ServerBell>(servers_, keys(request.key), new_waiter_id(), alive_ms_);
+  return std::make_unique<BellWaiter>(*this, request, std::move(bell));
 }
 
 }  // namespace

@@ -1,0 +1,41 @@
+#pragma once
+
+// What the parts of redlock:// share: its name in errors, the scripts it runs on every server,
+// and the keys of one lock those scripts take.
+
+#include <cstddef>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "backends/redis/keys.hpp"
+#include "backends/redis/lua_scripts.hpp"
+#include "backends/redlock/lua_scripts.hpp"
+
+namespace dlock::backends::redlock {
+
+inline const std::string kName = "redlock";
+
+enum Script : std::size_t {
+  kAcquire, kAdopt, kRenew, kRelease, kInspect, kForceRelease, kList, kCollect, kAddActivity, kSleep, kLeave
+};
+inline const std::vector<std::string_view> kSources = {
+    redis::lua::kAcquireLua, lua::kAdoptLua,       redis::lua::kRenewLua,   lua::kReleaseLua,
+    redis::lua::kInspectLua, lua::kForceReleaseLua, redis::lua::kListLua,   redis::lua::kCollectLua,
+    redis::lua::kAddActivityLua, lua::kSleepLua,   lua::kLeaveLua};
+
+// The keys of one lock, with the waiters' sleepers and bell (lua/bells.lua).
+struct Keys {
+  Keys(const std::string& ns, std::string_view key, const redis::StoreKeys& store)
+      : lock(ns, key, store.held, store.known), sleepers(lock.sleepers()), bell(lock.bell()) {}
+  std::vector<std::string_view> with_bell() const {
+    auto keys = lock.all();
+    keys.push_back(sleepers);
+    keys.push_back(bell);
+    return keys;
+  }
+  redis::LockKeys lock;
+  std::string sleepers, bell;
+};
+
+}  // namespace dlock::backends::redlock

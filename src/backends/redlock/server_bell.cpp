@@ -1,0 +1,80 @@
+#include "backends/redlock/server_bell.hpp"
+
+#include <algorithm>
+#include <cstdio>
+#include <thread>
+
+#include "backends/redis/keys.hpp"
+
+namespace dlock::backends::redlock {
+namespace {
+
+using Clock = std::chrono::steady_clock;
+using std::chrono::milliseconds;
+
+}  // namespace
+
+void ServerBell::arm() {
+  woken_ = false;
+  if (server_) return;
+  for (std::size_t i = 0; i < servers_.size() && !server_; ++i) {
+    if (servers_.left_out(i)) continue;
+    try {
+      connection_.emplace(servers_.take(i));
+      register_here();
+      server_ = i;
+    } catch (const redis::RedisError& e) {
+      if (e.connection) servers_.failed(i, e);
+      connection_.reset();
+    }
+  }
+}
+
+bool ServerBell::wait_until(Clock::time_point deadline) {
+  if (!server_) {
+    // Registered nowhere: the attempt's holder lease or back-off bounds the wait.
+    std::this_thread::sleep_until(std::min(deadline, Clock::now() + redis::kHeartbeat));
+    return false;
+  }
+  try {
+    for (;;) {
+      auto now = Clock::now();
+      if (now - registered_ >= redis::kHeartbeat) register_here();
+      now = Clock::now();
+      const auto until = std::min(deadline, now + redis::kHeartbeat);
+      if (until <= now) return false;
+      const auto wait = std::max(std::chrono::ceil<milliseconds>(until - now), milliseconds(1));
+      char seconds[32];
+      std::snprintf(seconds, sizeof seconds, "%.3f", static_cast<double>(wait.count()) / 1000.0);
+      if (!redis::is_nil((*connection_)->blocking({"BLPOP", keys_.bell, seconds}, wait).get())) {
+        woken_ = true;
+        return true;
+      }
+      if (Clock::now() >= deadline) return false;
+    }
+  } catch (const redis::RedisError& e) {
+    // The next arm registers again, on a server that answers.
+    if (e.connection) servers_.failed(*server_, e);
+    server_.reset();
+    connection_.reset();
+    return false;
+  }
+}
+
+void ServerBell::register_here() {
+  servers_.run(**connection_, kSleep, {keys_.sleepers}, {id_, alive_ms_});
+  registered_ = Clock::now();
+}
+
+void ServerBell::leave(bool pass) noexcept {
+  if (!server_) return;
+  server_.reset();
+  try {
+    servers_.run(**connection_, kLeave, {keys_.sleepers, keys_.bell}, {id_, alive_ms_, pass ? "1" : "0"});
+  } catch (...) {
+    // Unreachable: the registration lapses after kAlive.
+  }
+  connection_.reset();
+}
+
+}  // namespace dlock::backends::redlock

@@ -1,0 +1,50 @@
+#pragma once
+
+// The bell a redlock:// waiter sleeps on between attempts: a registration among the key's
+// sleepers on one server, on a connection of its own, and a BLPOP on the key's bell there.
+// Releases ring the bell on every server where a waiter is registered (lua/bells.lua). Used by
+// one waiting call, on its thread.
+
+#include <chrono>
+#include <cstddef>
+#include <optional>
+#include <string>
+
+#include "backends/bell_waiter.hpp"
+#include "backends/redis/connection.hpp"
+#include "backends/redlock/common.hpp"
+#include "backends/redlock/servers.hpp"
+
+namespace dlock::backends::redlock {
+
+class ServerBell final : public Bell {
+ public:
+  // `id` names this waiter among the sleepers; `alive_ms`, how long a registration lasts
+  // without a heartbeat.
+  ServerBell(Servers& servers, Keys keys, std::string id, std::string alive_ms)
+      : servers_(servers), keys_(std::move(keys)), id_(std::move(id)), alive_ms_(std::move(alive_ms)) {}
+  ~ServerBell() override { leave(false); }
+  ServerBell(const ServerBell&) = delete;
+  ServerBell& operator=(const ServerBell&) = delete;
+
+  // Registers before the attempt that follows, so a release after it rings for this waiter.
+  void arm() override;
+  bool wait_until(std::chrono::steady_clock::time_point deadline) override;
+  void abandon() noexcept override { leave(woken_); }
+
+ private:
+  void register_here();
+  // Drops the registration, passing on a bell this waiter took and will not use.
+  void leave(bool pass) noexcept;
+
+  Servers& servers_;
+  Keys keys_;
+  std::string id_;
+  std::string alive_ms_;
+  std::optional<std::size_t> server_;  // where this waiter is registered
+  std::optional<redis::Pool::Lease> connection_;
+  std::chrono::steady_clock::time_point registered_;
+  bool woken_ = false;  // took a bell since the last attempt
+};
+
+}  // namespace dlock::backends::redlock
