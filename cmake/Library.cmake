@@ -101,8 +101,11 @@ if(DLOCK_WITH_REDIS)
 endif()
 if(DLOCK_WITH_ZOOKEEPER)
   target_sources(dlock_objects PRIVATE
+    src/backends/zookeeper/activity.cpp
+    src/backends/zookeeper/errors.cpp
     src/backends/zookeeper/nodes.cpp
     src/backends/zookeeper/session.cpp
+    src/backends/zookeeper/settings.cpp
     src/backends/zookeeper/zookeeper_backend.cpp)
   target_include_directories(dlock_objects PRIVATE ${ZooKeeper_INCLUDE_DIRS})
   # zookeeper.h declares the multi-threaded client's API only with THREADED.

@@ -5,6 +5,8 @@
 #include <cstdio>
 #include <random>
 
+#include "backends/zookeeper/errors.hpp"
+#include "backends/zookeeper/session.hpp"
 #include "core/stable_hash.hpp"
 
 namespace dlock::backends::zookeeper {
@@ -107,6 +109,14 @@ std::optional<NodeData> from_data(std::string_view text) {
   const auto timeout = number<std::int64_t>(lines[2]);
   if (!holds || !timeout || (lines[3] != "held" && lines[3] != "evicted")) return std::nullopt;
   return NodeData{std::string(lines[0]), *holds, std::chrono::milliseconds(*timeout), lines[3] == "evicted"};
+}
+
+void make_root(Session& s, const std::string& root, std::string_view key) {
+  for (std::size_t at = 1; at <= root.size(); ++at) {
+    if (at != root.size() && root[at] != '/') continue;
+    const int rc = s.create(root.substr(0, at), "", 0, at != root.size()).rc();
+    if (rc != ZOK && rc != ZNODEEXISTS) check(rc, "create " + root.substr(0, at), key);
+  }
 }
 
 }  // namespace dlock::backends::zookeeper

@@ -43,4 +43,9 @@ struct NodeData {
 std::string to_data(const NodeData& data);
 std::optional<NodeData> from_data(std::string_view text);
 
+class Session;
+// Makes the root path and its missing ancestors, persistent: the ancestors open to every user
+// (they are not dlock's), the root itself with the session's ACL. `key`: for errors.
+void make_root(Session& s, const std::string& root, std::string_view key);
+
 }  // namespace dlock::backends::zookeeper

@@ -17,14 +17,16 @@
 #include <map>
 #include <mutex>
 #include <set>
-#include <sstream>
 #include <string>
 #include <tuple>
 #include <utility>
 #include <vector>
 
+#include "backends/zookeeper/activity.hpp"
+#include "backends/zookeeper/errors.hpp"
 #include "backends/zookeeper/nodes.hpp"
 #include "backends/zookeeper/session.hpp"
+#include "backends/zookeeper/settings.hpp"
 #include "dlock/errors.hpp"
 
 namespace dlock::backends {
@@ -32,14 +34,6 @@ namespace zookeeper {
 namespace {
 
 using std::chrono::milliseconds;
-constexpr const char* kName = "zookeeper";
-constexpr milliseconds kDefaultSessionTimeout{10'000};
-constexpr milliseconds kDefaultConnectTimeout{10'000};
-
-struct Settings {
-  SessionSettings session;
-  std::string root = "/dlock";
-};
 
 // Wakes one waiting call: a node it watches before its own changed or went, or the session
 // ended.
@@ -77,19 +71,6 @@ struct Place {
 
 class ZooKeeperBackend;
 
-// The activity node's data: the six counters, space-separated, in Activity's order.
-std::string activity_text(const Activity& a) {
-  return std::to_string(a.acquisitions) + " " + std::to_string(a.conflicts) + " " + std::to_string(a.waits) + " " +
-         std::to_string(a.wait_us) + " " + std::to_string(a.renewals) + " " + std::to_string(a.losses);
-}
-
-Activity parse_activity(const std::string& text) {
-  Activity a;
-  std::istringstream in(text);
-  in >> a.acquisitions >> a.conflicts >> a.waits >> a.wait_us >> a.renewals >> a.losses;
-  return in ? a : Activity{};
-}
-
 // An attempt's view of the key: its own node (if it made one) and the queue.
 struct Look {
   std::shared_ptr<Session> session;
@@ -99,7 +80,7 @@ struct Look {
   std::size_t index = 0;  // of the caller's node in the queue
 };
 
-class ZooKeeperBackend final : public backend::Backend, public backend::ActivityLedger {
+class ZooKeeperBackend final : public backend::Backend {
  public:
   explicit ZooKeeperBackend(Settings settings) : settings_(std::move(settings)) { session(); }
 
@@ -299,38 +280,7 @@ class ZooKeeperBackend final : public backend::Backend, public backend::Activity
                        true);
   }
 
-  // The totals live in one persistent node beside the keys, ROOT/.activity (no key's node name
-  // starts with a dot), as six numbers; adding is a versioned read-modify-write, retried when
-  // another client added first. Clients add every few seconds, so contention stays low.
-  backend::ActivityLedger* activity() noexcept override { return this; }
-
-  void add(const Activity& delta) override {
-    auto s = session();
-    const std::string path = settings_.root + "/.activity";
-    for (int attempt = 0; attempt < 100; ++attempt) {
-      auto reply = s->get(path);
-      if (reply.rc() == ZNONODE) {
-        make_root(*s, {});
-        const int rc = s->create(path, activity_text(Activity{}), 0).rc();
-        if (rc != ZOK && rc != ZNODEEXISTS) check(rc, "create the activity totals", {}, Write::yes);
-        continue;
-      }
-      check(reply.rc(), "read the activity totals", {});
-      Activity total = parse_activity(reply.value().data);
-      total += delta;
-      const int rc = s->set(path, activity_text(total), reply.value().stat.version).rc();
-      if (rc == ZOK) return;
-      if (rc != ZBADVERSION && rc != ZNONODE) check(rc, "add to the activity totals", {}, Write::yes);
-    }
-    throw BackendError("the activity totals kept changing while this client added to them", kName, {}, true);
-  }
-
-  Activity totals() override {
-    auto reply = session()->get(settings_.root + "/.activity");
-    if (reply.rc() == ZNONODE) return {};
-    check(reply.rc(), "read the activity totals", {});
-    return parse_activity(reply.value().data);
-  }
+  backend::ActivityLedger* activity() noexcept override { return &activity_; }
 
   bool watch(std::shared_ptr<backend::Events> events) override {
     std::lock_guard lock(mutex_);
@@ -566,19 +516,9 @@ class ZooKeeperBackend final : public backend::Backend, public backend::Activity
     return info;
   }
 
-  // The root's ancestors and the root: persistent.
-  void make_root(Session& s, std::string_view key) {
-    for (std::size_t at = 1; at <= settings_.root.size(); ++at) {
-      if (at != settings_.root.size() && settings_.root[at] != '/') continue;
-      // Parents above dlock's own path stay open to other users; the path itself is the ACL's.
-      const int rc = s.create(settings_.root.substr(0, at), "", 0, at != settings_.root.size()).rc();
-      if (rc != ZOK && rc != ZNODEEXISTS) check(rc, "create " + settings_.root.substr(0, at), key);
-    }
-  }
-
   // The key's node: a container, which the ensemble deletes some time after its last child goes.
   void make_key_node(Session& s, std::string_view key) {
-    make_root(s, key);
+    make_root(s, settings_.root, key);
     const int rc = s.create(key_path(key), "", ZOO_CONTAINER).rc();
     if (rc != ZOK && rc != ZNODEEXISTS) check(rc, "acquire", key);
   }
@@ -676,10 +616,6 @@ class ZooKeeperBackend final : public backend::Backend, public backend::Activity
     if (events) events->all_lost("its ZooKeeper session expired (the ensemble did not hear from it in time)");
   }
 
-  enum class Write { no, yes };
-
-  static bool lost_connection(int rc) { return rc == ZCONNECTIONLOSS || rc == ZOPERATIONTIMEOUT; }
-
   // How long a request lost with the connection may wait for the session to come back.
   static std::chrono::steady_clock::time_point deadline_for(const Session& s) {
     return std::chrono::steady_clock::now() + s.timeout();
@@ -697,32 +633,8 @@ class ZooKeeperBackend final : public backend::Backend, public backend::Activity
     return {rc, retried};
   }
 
-  // Throws the dlock error for an answer other than ZOK. A write whose connection was lost
-  // may have been made: its outcome is unknown.
-  static void check(int rc, const std::string& what, std::string_view key, Write write = Write::no) {
-    if (rc == ZOK) return;
-    const std::string message = "ZooKeeper could not " + what + " (" + zerror(rc) + ")";
-    if (write == Write::yes && lost_connection(rc)) {
-      throw OutcomeUnknownError(message + ": the connection broke before the answer came", std::string(key), kName);
-    }
-    switch (rc) {
-      case ZCONNECTIONLOSS:
-      case ZOPERATIONTIMEOUT:
-      case ZSESSIONEXPIRED:
-      case ZINVALIDSTATE:
-      case ZCLOSING:
-        throw ConnectionError(message, kName, std::string(key));
-      case ZNOAUTH:
-      case ZAUTHFAILED:
-        throw ConfigurationError(message + ": the URL's user may not use these nodes; give it the digest credentials "
-                                           "that made them (zookeeper://USER:PASSWORD@...)",
-                                 kName);
-      default:
-        throw BackendError(message, kName, std::string(key));
-    }
-  }
-
   const Settings settings_;
+  ActivityNode activity_{[this] { return session(); }, settings_.root};
   std::mutex mutex_;  // never held while waiting for an answer
   std::shared_ptr<Session> session_;
   std::shared_ptr<backend::Events> events_;
@@ -806,38 +718,7 @@ std::unique_ptr<backend::Waiter> ZooKeeperBackend::waiter(const backend::Acquire
 }  // namespace zookeeper
 
 std::shared_ptr<backend::Backend> make_zookeeper_backend(const core::Url& url) {
-  const std::string form = "zookeeper://[USER:PASSWORD@]HOST:PORT[,HOST:PORT...][/PATH][?session_timeout=10s]";
-  core::UrlOptions options(url);
-  zookeeper::Settings settings;
-  settings.session.shown = url.redacted();
-  settings.session.session_timeout = options.take_duration("session_timeout").value_or(zookeeper::kDefaultSessionTimeout);
-  settings.session.connect_timeout = options.take_duration("connect_timeout").value_or(zookeeper::kDefaultConnectTimeout);
-  options.finish();
-  if (url.host.empty()) {
-    throw ConfigurationError("zookeeper:// needs its servers, as in " + form + "; got " + url.redacted(), "zookeeper");
-  }
-  if (settings.session.session_timeout.count() <= 0 || settings.session.connect_timeout.count() <= 0) {
-    throw ConfigurationError("zookeeper:// session_timeout and connect_timeout must be positive; got " + url.redacted(),
-                             "zookeeper");
-  }
-  settings.session.hosts = url.host;
-  if (url.port) settings.session.hosts += ":" + std::to_string(*url.port);
-  settings.session.user = url.user;
-  settings.session.password = url.password;
-  if (!url.password.empty() && url.user.empty()) {
-    throw ConfigurationError("zookeeper:// digest auth needs a user and a password (USER:PASSWORD@); got " +
-                                 url.redacted(),
-                             "zookeeper");
-  }
-  if (!url.path.empty() && url.path != "/") {
-    settings.root = url.path;
-    while (settings.root.size() > 1 && settings.root.back() == '/') settings.root.pop_back();
-    if (settings.root.find("//") != std::string::npos || settings.root.find("/./") != std::string::npos ||
-        settings.root.find("/../") != std::string::npos) {
-      throw ConfigurationError("zookeeper:// path '" + url.path + "' is not a node path (" + form + ")", "zookeeper");
-    }
-  }
-  return std::make_shared<zookeeper::ZooKeeperBackend>(std::move(settings));
+  return std::make_shared<zookeeper::ZooKeeperBackend>(zookeeper::parse_settings(url));
 }
 
 }  // namespace dlock::backends
