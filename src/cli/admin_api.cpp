@@ -87,6 +87,19 @@ std::variant<ForceRelease, std::string> parse_force_release(const std::string& t
   return request;
 }
 
+// What the store can do (backend::Capabilities), for the page and tools that must not guess it
+// from the URL: the page shows a lock's time left by lease_is_the_session.
+json capabilities_json(const backend::Capabilities& can) {
+  return {{"spans_processes", can.spans_processes},
+          {"holds_outlive_the_client", can.holds_outlive_the_client},
+          {"frees_when_holder_dies", can.frees_when_holder_dies},
+          {"lease_is_the_session", can.lease_is_the_session},
+          {"records_acquisition_time", can.records_acquisition_time},
+          {"counts_waiters", can.counts_waiters},
+          {"names_waiters", can.names_waiters},
+          {"notifies_evictions", can.notifies_evictions}};
+}
+
 }  // namespace
 
 AdminApi::AdminApi(Client client, AuditLog& audit, AdminApiOptions options)
@@ -95,7 +108,8 @@ AdminApi::AdminApi(Client client, AuditLog& audit, AdminApiOptions options)
 void AdminApi::install(httplib::Server& server) {
   server.set_payload_max_length(kMaxBody);
   server.set_pre_routing_handler([this](const httplib::Request& request, httplib::Response& response) {
-    // Probes may use any name: the answer holds nothing but the backend's scheme.
+    // Probes may use any name: the answer holds nothing but the backend's scheme and what
+    // that store can do.
     if (request.path == "/healthz") return httplib::Server::HandlerResponse::Unhandled;
     const std::string host = request.get_header_value("Host");
     if (!options_.hosts.allows_host(host)) {
@@ -153,11 +167,16 @@ void AdminApi::install(httplib::Server& server) {
     response.set_content(kAdminPage, "text/html; charset=utf-8");
   });
   server.Get("/healthz", [this](const httplib::Request&, httplib::Response& response) {
+    json body = {{"backend", client_.backend_name()},
+                 {"capabilities", capabilities_json(client_.capabilities())}};
     try {
       client_.ping();
-      reply(response, 200, {{"ok", true}, {"backend", client_.backend_name()}});
+      body["ok"] = true;
+      reply(response, 200, body);
     } catch (const std::exception& e) {
-      reply(response, 503, {{"ok", false}, {"backend", client_.backend_name()}, {"error", e.what()}});
+      body["ok"] = false;
+      body["error"] = e.what();
+      reply(response, 503, body);
     }
   });
   server.Get("/api/locks", [this](const httplib::Request& request, httplib::Response& response) {

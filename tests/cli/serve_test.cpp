@@ -311,7 +311,25 @@ TEST_F(ServeTest, HealthzAnswers) {
   ASSERT_TRUE(serve());
   const Reply reply = get("/healthz");
   EXPECT_EQ(reply.status, 200) << reply.body;
-  EXPECT_EQ(reply.doc, json({{"ok", true}, {"backend", backend_}})) << reply.body;
+  EXPECT_EQ(field(reply.doc, "ok"), true) << reply.body;
+  EXPECT_EQ(field(reply.doc, "backend"), backend_) << reply.body;
+  // What the store can do, each of backend::Capabilities as true or false. The page reads
+  // lease_is_the_session to tell a countdown from a session's length: true on zookeeper:// and
+  // mysql:// mode=session, which the test knows from the URL it chose (the server must not).
+  const json capabilities = field(reply.doc, "capabilities");
+  ASSERT_TRUE(capabilities.is_object()) << reply.body;
+  const std::vector<std::string> names = {"spans_processes",          "holds_outlive_the_client",
+                                          "frees_when_holder_dies",   "lease_is_the_session",
+                                          "records_acquisition_time", "counts_waiters",
+                                          "names_waiters",            "notifies_evictions"};
+  EXPECT_EQ(capabilities.size(), names.size()) << capabilities;
+  for (const auto& name : names) {
+    EXPECT_TRUE(field(capabilities, name).is_boolean()) << name << ": " << capabilities;
+  }
+  const bool session = backend_ == "zookeeper" || contains(url_, "mode=session");
+  EXPECT_EQ(field(capabilities, "lease_is_the_session"), session) << url_ << ": " << capabilities;
+  EXPECT_EQ(field(capabilities, "spans_processes"), true) << capabilities;
+  EXPECT_EQ(reply.doc.size(), 3u) << "more than ok, the scheme and the capabilities: " << reply.body;
   stop();
 }
 
