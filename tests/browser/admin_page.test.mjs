@@ -491,7 +491,9 @@ test('admin page: list, live TTL, prefix search, force-release with reason and a
   assert.equal(entries[0].lock_delay, true);
 
   mkdirSync(dirname(SCREENSHOT), { recursive: true });
-  await page.locator(auditRow).scrollIntoViewIfNeeded();
+  // The audit log is drawn again every 5 s: a row found just before that is gone when scrolled to.
+  await eventually('the audit row is scrolled into view', () =>
+    page.locator(auditRow).scrollIntoViewIfNeeded({ timeout: 1000 }));
   await page.screenshot({ path: SCREENSHOT, fullPage: true });
   t.diagnostic(`screenshot: ${SCREENSHOT}`);
 
