@@ -60,6 +60,7 @@ const char* const kAdminPage = R"page(<!doctype html>
   dl { display: grid; grid-template-columns: auto 1fr; gap: 2px 12px; margin: 8px 0 12px; }
   dt { color: #57606a; }
   dd { margin: 0; word-break: break-all; }
+  #detail-ttl { word-break: normal; }  /* a sentence where the lease is the session */
   label { display: block; margin: 6px 0; color: #57606a; }
   textarea, #by { display: block; width: 100%; box-sizing: border-box; margin-top: 2px; font: inherit; padding: 5px; }
   button { font: inherit; padding: 5px 10px; }
@@ -88,7 +89,7 @@ const char* const kAdminPage = R"page(<!doctype html>
         <button id="next-page" type="button">Next page</button>
       </div>
       <table id="locks">
-        <thead><tr><th>Key</th><th>Owner</th><th>Holds</th><th>Token</th><th>Acquired (UTC)</th><th>Waiters</th><th>Time left</th></tr></thead>
+        <thead><tr><th>Key</th><th>Owner</th><th>Holds</th><th>Token</th><th>Acquired (UTC)</th><th>Waiters</th><th class="ttl">Time left</th></tr></thead>
         <tbody></tbody>
       </table>
       <div class="empty" id="no-locks" hidden>No held locks here.</div>
@@ -131,7 +132,11 @@ let pageStart = "";     // list after this key ("" = from the first)
 let nextAfter = null;   // the key the next page starts after, if any
 let selected = null;    // the lock shown in #detail
 let token = sessionStorage.getItem("dlock-token") || "";
-const deadlines = new Map();  // key -> performance.now() at which its lease ends
+const leases = new Map();  // key -> its lease, as leaseOf() makes it
+// Where the lease is the holder's session (the store's capabilities say so: zookeeper://,
+// mysql:// mode=session), a lock's ttl_left_ms is how long the key may stay held after that
+// session ends: it does not count down while the holder lives.
+let sessionLeases = false;
 
 async function api(path, options = {}) {
   const headers = Object.assign({}, options.headers);
@@ -153,6 +158,28 @@ function formatLeft(ms) {
   const s = Math.floor(ms / 1000);
   if (s < 3600) return Math.floor(s / 60) + "m" + String(s % 60).padStart(2, "0") + "s";
   return Math.floor(s / 3600) + "h" + String(Math.floor((s % 3600) / 60)).padStart(2, "0") + "m";
+}
+
+// A session's length: "10s", "2.5s", "1m30s".
+function formatSession(ms) {
+  return formatLeft(ms).replace(/\.0s$/, "s");
+}
+
+// A lock's ttl_left_ms, read at `fetchedAt` (performance.now()).
+function leaseOf(lock, fetchedAt) {
+  return { ttl: lock.ttl_left_ms, deadline: fetchedAt + lock.ttl_left_ms };
+}
+
+// A lease as shown at `now`: its text for the list, the sentence that explains it (the list's
+// title, the detail's text; none for a countdown) and whether it is about to run out.
+function timeLeft(lease, now) {
+  if (sessionLeases) {
+    const span = formatSession(lease.ttl);
+    return { text: "session " + span, title: "held while its holder's session lives, and at most " + span +
+             " after that session ends", low: false };
+  }
+  const left = lease.deadline - now;
+  return { text: formatLeft(left), title: "", low: left < 10000 };
 }
 
 // The backend gives the time since the acquisition by its own clock; the page turns it into
@@ -220,11 +247,15 @@ function say(text, isError) {
 function tick() {
   const now = performance.now();
   for (const td of document.querySelectorAll("#locks td.ttl")) {
-    const left = deadlines.get(td.parentElement.dataset.key) - now;
-    td.textContent = formatLeft(left);
-    td.classList.toggle("low", left < 10000);
+    const shown = timeLeft(leases.get(td.parentElement.dataset.key), now);
+    td.textContent = shown.text;
+    td.title = shown.title;
+    td.classList.toggle("low", shown.low);
   }
-  if (selected) $("#detail-ttl").textContent = formatLeft(selected.deadline - now);
+  if (selected) {
+    const shown = timeLeft(selected.lease, now);
+    $("#detail-ttl").textContent = shown.title || shown.text;
+  }
 }
 
 let listRequests = 0;  // a refresh started before a search must not overwrite its result
@@ -238,9 +269,9 @@ async function refreshLocks() {
     const fetchedAt = performance.now();
     const tbody = $("#locks tbody");
     const rows = document.createDocumentFragment();
-    deadlines.clear();
+    leases.clear();
     for (const lock of body.locks) {
-      deadlines.set(lock.key, fetchedAt + lock.ttl_left_ms);
+      leases.set(lock.key, leaseOf(lock, fetchedAt));
       const row = document.createElement("tr");
       row.dataset.key = lock.key;
       row.classList.toggle("selected", Boolean(selected && selected.key === lock.key));
@@ -263,7 +294,7 @@ async function refreshLocks() {
     $("#count").textContent = body.locks.length + (body.locks.length === 1 ? " lock" : " locks") +
         (nextAfter ? ", more on the next page" : "");
     $("#no-locks").hidden = body.locks.length > 0;
-    if (selected && deadlines.has(selected.key)) selected.deadline = deadlines.get(selected.key);
+    if (selected && leases.has(selected.key)) selected.lease = leases.get(selected.key);
     showStatus("updated " + new Date().toLocaleTimeString(), false);
     tick();
   } catch (error) {
@@ -308,7 +339,8 @@ function showDetail(lock) {
 }
 
 async function select(lock) {
-  selected = { key: lock.key, owner: lock.owner, token: lock.token, deadline: deadlines.get(lock.key) };
+  selected = { key: lock.key, owner: lock.owner, token: lock.token,
+               lease: leases.get(lock.key) || leaseOf(lock, performance.now()) };
   for (const row of document.querySelectorAll("#locks tbody tr")) {
     row.classList.toggle("selected", row.dataset.key === lock.key);
   }
@@ -317,7 +349,7 @@ async function select(lock) {
   const { status, body } = await api("/api/lock?" + new URLSearchParams({ key: lock.key }));
   if (!selected || selected.key !== lock.key) return;
   if (status === 200) {
-    selected = { key: body.key, owner: body.owner, token: body.token, deadline: performance.now() + body.ttl_left_ms };
+    selected = { key: body.key, owner: body.owner, token: body.token, lease: leaseOf(body, performance.now()) };
     showDetail(body);
   } else if (status === 404) {
     say(lock.key + " is no longer held.", false);
@@ -375,8 +407,16 @@ $("#first-page").addEventListener("click", () => { pageStart = ""; refreshLocks(
 $("#reason").addEventListener("input", () => { $("#force-release").disabled = !$("#reason").value.trim(); });
 $("#force-release").addEventListener("click", forceRelease);
 
-api("/healthz").then(({ body }) => { $("#backend").textContent = body.backend ? body.backend + "://" : ""; }).catch(() => {});
-refreshLocks();
+// The store's capabilities before the first list: they decide what its time left means.
+const health = api("/healthz").then(({ body }) => {
+  $("#backend").textContent = body.backend ? body.backend + "://" : "";
+  sessionLeases = Boolean(body.capabilities && body.capabilities.lease_is_the_session);
+  $("#locks th.ttl").title = sessionLeases
+      ? "This store's locks last as long as their holder's session: a key is freed when its holder " +
+        "releases it, or at most this long after the holder's session ends"
+      : "";
+}).catch(() => {});
+health.then(refreshLocks);
 refreshAudit();
 setInterval(tick, 250);
 setInterval(refreshLocks, 2000);

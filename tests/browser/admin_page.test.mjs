@@ -12,7 +12,7 @@
 import { test } from 'node:test';
 import assert from 'node:assert/strict';
 import { spawn, execFile } from 'node:child_process';
-import { mkdtempSync, mkdirSync, readFileSync, rmSync, existsSync } from 'node:fs';
+import { mkdtempSync, mkdirSync, readFileSync, readdirSync, rmSync, existsSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { basename, dirname, join, resolve } from 'node:path';
 import { setTimeout as sleep } from 'node:timers/promises';
@@ -151,17 +151,36 @@ class Child {
   }
 }
 
-// "9m58s", "29.4s", "850ms", "1h2m" -> milliseconds.
+// "9m58s", "29.4s", "850ms", "1h2m" -> milliseconds; anything else fails.
 function parseDuration(text) {
   const units = { h: 3600e3, m: 60e3, s: 1e3, ms: 1 };
   let total = 0;
   let matched = '';
-  for (const m of text.trim().matchAll(/(\d+(?:\.\d+)?)\s*(ms|h|m|s)/g)) {
+  for (const m of text.trim().matchAll(/(\d+(?:\.\d+)?)(ms|h|m|s)/g)) {
     total += Number(m[1]) * units[m[2]];
     matched += m[0];
   }
-  assert.ok(matched.length > 0, `not a duration: ${JSON.stringify(text)}`);
+  assert.ok(matched.length > 0 && matched === text.trim(), `not a duration: ${JSON.stringify(text)}`);
   return total;
+}
+
+// The processes `dlock acquire` left holding locks in the table, namespace or node path `name`
+// (keepers: on stores whose holds end with their process, such as zookeeper://, each acquire
+// leaves one until its TTL). By name, not URL: a keeper's command line hides the password.
+function keepersOf(name) {
+  const pids = [];
+  for (const pid of readdirSync('/proc')) {
+    if (!/^\d+$/.test(pid)) continue;
+    let args;
+    try {
+      args = readFileSync(`/proc/${pid}/cmdline`, 'utf8').split('\0');
+    } catch {
+      continue; // gone meanwhile
+    }
+    const at = args.indexOf('--url');
+    if (at >= 0 && args[at + 1]?.includes(name) && args.includes('acquire')) pids.push(Number(pid));
+  }
+  return pids;
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -180,12 +199,15 @@ async function startStack(t) {
   const url = !server ? `sqlite://${dir}/locks.db`
     : server.startsWith('zookeeper') ? `${server}/${name}`
     : `${server}${server.includes('?') ? '&' : '?'}${own}=${name}`;
+  // What the page must learn from the server, the test knows from the store it chose: where
+  // the lease is the holder's session, a lock's time left is not a countdown.
+  const sessionLeases = Boolean(server?.startsWith('zookeeper') || /[?&]mode=session(&|$)/.test(server ?? ''));
   const auditLog = join(dir, 'audit.log');
   // Keep every default path (state dir, ...) inside the temp dir.
   const env = { ...process.env, XDG_STATE_HOME: join(dir, 'state'), DLOCK_URL: url };
   const children = [];
   const stack = {
-    dir, url, auditLog, children, server: null, context: null, page: null,
+    dir, url, auditLog, children, sessionLeases, server: null, context: null, page: null,
     pageErrors: [], consoleLines: [],
 
     // Runs dlock to completion: {code, stdout, stderr}.
@@ -286,6 +308,12 @@ async function startStack(t) {
     }
     await stack.context?.close().catch(() => {});
     await Promise.all(children.map((child) => child.stop()));
+    // Keepers release their hold on SIGTERM: none is left to hold a lock for minutes.
+    for (const pid of keepersOf(name)) {
+      try { process.kill(pid, 'SIGTERM'); } catch { /* gone meanwhile */ }
+    }
+    await eventually('the keepers are gone', () => assert.deepEqual(keepersOf(name), []), { timeout: 5000 })
+      .catch((error) => t.diagnostic(error.message));
     rmSync(dir, { recursive: true, force: true });
   });
 
@@ -348,25 +376,65 @@ test('admin page: list, live TTL, prefix search, force-release with reason and a
   assert.equal(ordersRow.owner, orders.owner);
   assert.equal(ordersRow.token, String(orders.token));
 
-  // The time left counts down live, in the page: the list's refreshes are held back meanwhile,
-  // so that a fresh answer from the server cannot be what changed it. (The only fixed wait in
-  // this test: it measures time.)
+  // The time left, live in the page: one answer of the server is let through and kept, and the
+  // list's refreshes after it are held back, so that a fresh answer cannot be what changed (or
+  // kept) what the page shows. (The only fixed wait in this test: it measures time.)
   const stalled = [];
   let stalling = true;
-  const stall = (route) => (stalling ? stalled.push(route) : route.fallback());
+  let letThrough = false;
+  let answer = null; // deploy/web in the answer let through
+  const stall = async (route) => {
+    if (!stalling) return route.fallback();
+    if (letThrough) return stalled.push(route);
+    letThrough = true;
+    const response = await route.fetch();
+    const body = await response.json();
+    answer = body.locks.find((lock) => lock.key === 'deploy/web');
+    return route.fulfill({ response, json: body });
+  };
   const listing = (u) => u.pathname === '/api/locks';
   await page.route(listing, stall);
-  const ttlBeforeText = (await stack.cells('#locks tbody tr[data-key="deploy/web"]')).ttl;
-  const ttlBefore = parseDuration(ttlBeforeText);
-  assert.ok(ttlBefore > 8 * 60e3 && ttlBefore <= 10 * 60e3, `deploy/web .ttl ${ttlBeforeText} is not about 10m`);
+  const ttlCell = page.locator('#locks tbody tr[data-key="deploy/web"] td.ttl');
+  const shown = async () => ({
+    text: (await ttlCell.textContent()).trim(),
+    title: await ttlCell.getAttribute('title'),
+    low: await ttlCell.evaluate((td) => td.classList.contains('low')),
+  });
+  // The page shows that answer's ttl_left_ms (to a tenth of a second under a minute, else to
+  // the second), counted down from it on a lease store.
+  const before = await eventually('the page shows the answer let through', async () => {
+    assert.ok(answer, 'no answer let through yet');
+    const now = await shown();
+    const span = parseDuration(stack.sessionLeases ? now.text.replace(/^session /, '') : now.text);
+    const least = answer.ttl_left_ms - (stack.sessionLeases ? 1000 : 3000);
+    assert.ok(span <= answer.ttl_left_ms + 100 && span > least,
+      `deploy/web .ttl ${now.text}, but the server answered ttl_left_ms ${answer.ttl_left_ms}`);
+    return now;
+  });
   await sleep(1500);
-  const ttlAfterText = (await stack.cells('#locks tbody tr[data-key="deploy/web"]')).ttl;
+  const after = await shown();
   stalling = false;
   await Promise.all(stalled.map((route) => route.fallback()));
   await page.unroute(listing, stall);
-  const ttlAfter = parseDuration(ttlAfterText);
-  assert.ok(ttlAfter < ttlBefore, `.ttl did not count down in 1.5 s: ${ttlBeforeText} then ${ttlAfterText}`);
-  assert.ok(ttlBefore - ttlAfter <= 5000, `.ttl fell too fast in 1.5 s: ${ttlBeforeText} then ${ttlAfterText}`);
+  const heading = await page.locator('#locks th.ttl').getAttribute('title');
+  if (stack.sessionLeases) {
+    // The lease is the holder's session (zookeeper://): the key stays held while the holder
+    // lives, and at most ttl_left after its session ends. The page says so and counts nothing.
+    const session = before.text.match(/^session (\S+)$/);
+    assert.ok(session, `deploy/web .ttl ${JSON.stringify(before.text)} does not say "session SPAN"`);
+    assert.equal(before.title, `held while its holder's session lives, and at most ${session[1]} after that session ends`);
+    assert.match(heading ?? '', /as long as their holder's session/, `the Time left heading's title: ${heading}`);
+    assert.deepEqual(after, before, `.ttl changed in 1.5 s, with no answer from the server: ${before.text} then ${after.text}`);
+    assert.equal(before.low, false, `.ttl ${before.text} is marked as running out`);
+  } else {
+    // A lease runs out unless renewed: the page counts it down.
+    const ttlBefore = parseDuration(before.text);
+    assert.ok(ttlBefore > 8 * 60e3 && ttlBefore <= 10 * 60e3, `deploy/web .ttl ${before.text} is not about 10m`);
+    const ttlAfter = parseDuration(after.text);
+    assert.ok(ttlAfter < ttlBefore, `.ttl did not count down in 1.5 s: ${before.text} then ${after.text}`);
+    assert.ok(ttlBefore - ttlAfter <= 5000, `.ttl fell too fast in 1.5 s: ${before.text} then ${after.text}`);
+    assert.ok(!before.title && !heading, `a countdown has an explanation for session leases: ${before.title} ${heading}`);
+  }
 
   // Prefix search, on the server, as you type.
   const prefix = page.locator('#prefix');
@@ -412,7 +480,12 @@ test('admin page: list, live TTL, prefix search, force-release with reason and a
     assert.equal((await page.textContent('#detail-token')).trim(), String(orders.token));
     assert.equal((await page.textContent('#detail-holds')).trim(), '1');
     assert.match((await page.textContent('#detail-acquired')).trim(), /^\d{4}-\d\d-\d\d \d\d:\d\d:\d\d$/);
-    parseDuration(await page.textContent('#detail-ttl'));
+    const ttl = (await page.textContent('#detail-ttl')).trim();
+    if (stack.sessionLeases) {
+      assert.match(ttl, /^held while its holder's session lives, and at most \S+ after that session ends$/);
+    } else {
+      parseDuration(ttl);
+    }
   });
   const release = page.locator('#force-release');
   assert.ok(await release.isDisabled(), '#force-release is enabled without a reason');
