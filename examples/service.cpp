@@ -39,8 +39,8 @@ int main(int argc, char** argv) {
     std::unique_lock<dlock::Mutex> guard(batch_lock, std::defer_lock);
     // Bounded, not lock(): a real service also watches for shutdown between attempts.
     if (!guard.try_lock_for(5s)) {
-      if (auto holder = batch_lock.last_holder()) {
-        std::printf("pid %d: busy, %s holds it\n", getpid(), holder->owner.c_str());
+      for (const dlock::LockInfo& holder : batch_lock.last_holders()) {
+        std::printf("pid %d: busy, %s holds it\n", getpid(), holder.owner.c_str());
       }
       continue;
     }

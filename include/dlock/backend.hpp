@@ -40,6 +40,7 @@
 #include <string>
 #include <string_view>
 #include <variant>
+#include <vector>
 
 #include "dlock/export.hpp"
 #include "dlock/types.hpp"
@@ -50,6 +51,8 @@ struct AcquireRequest {
   std::string_view key;
   std::string_view owner;
   std::chrono::milliseconds ttl;
+  // A store whose Capabilities::shared_holders is false is only ever asked for exclusive.
+  LockMode mode = LockMode::exclusive;
 };
 
 // The key is ours. A new acquisition has hold_count 1 and a fresh fencing token, strictly
@@ -70,10 +73,10 @@ struct Acquired {
   std::optional<std::chrono::milliseconds> lease;
 };
 
-// The key is not ours now. Never a made-up holder: `holder` is the live holder the store saw,
-// or nothing while the key has none to name (being handed to a waiter, no majority yet).
+// The key is not ours now. Never a made-up holder: `holders` are the live holders the store
+// saw, or none while the key has none to name (being handed to a waiter, no majority yet).
 struct Busy {
-  std::optional<LockInfo> holder;
+  std::vector<LockInfo> holders;
   // Attempt again within this even if nothing wakes the waiter: the holder's remaining lease
   // (expiry rings no bell), or how soon a key between holders settles.
   std::chrono::milliseconds retry_within{0};
@@ -111,8 +114,8 @@ class DLOCK_EXPORT Waiter {
 class DLOCK_EXPORT Events {
  public:
   virtual ~Events() = default;
-  // `key` was force-released by some client. The core checks its own leases of the key with
-  // inspect(), so a spurious or late call costs one round trip and nothing else.
+  // `key` was force-released by some client. The core looks for its own leases of the key
+  // among inspect()'s holders, so a spurious or late call costs one round trip and nothing else.
   virtual void evicted(std::string_view key) = 0;
   // This acquisition is gone for certain (its node was deleted, its connection ended): the
   // core reports the loss at once instead of at the next renewal.
@@ -148,6 +151,9 @@ struct Capabilities {
   // inspect() and list() name the waiting owners in the order they will get the key
   // (LockInfo::queue).
   bool names_waiters = false;
+  // A key may have several holders at once, in LockMode::shared (see LockInfo). False: every
+  // holder is exclusive, and inspect() and list() name at most one per key.
+  bool shared_holders = false;
   // watch() pushes force-releases: an evicted holder learns of a force-release within about
   // a second, not at its next renewal. watch() may still answer false when the push
   // channel cannot be set up at the time (the store is unreachable); holders then learn at
@@ -178,7 +184,7 @@ class DLOCK_EXPORT Backend {
   // Longest key the store accepts; the core rejects longer keys with a clear error.
   virtual std::size_t max_key_bytes() const noexcept { return kMaxKeyBytes; }
 
-  // One attempt, in one atomic step: Acquired, or Busy with the holder. Try-once calls.
+  // One attempt, in one atomic step: Acquired, or Busy with the holders. Try-once calls.
   virtual AcquireResult acquire(const AcquireRequest& request) = 0;
   // A waiting call's presence at the key (see Waiter). Opening one costs no round trip: its
   // first attempt() is the call's first attempt.
@@ -190,19 +196,23 @@ class DLOCK_EXPORT Backend {
   // evicted with Eviction::delayed frees the key (it acknowledges the loss) and answers nothing.
   virtual std::optional<std::uint32_t> release(const LeaseRef& lease) = 0;
 
-  // Admin: the live holder of a key, if any.
-  virtual std::optional<LockInfo> inspect(std::string_view key) = 0;
-  // Admin: live locks whose key starts with `prefix`, in key order, after key `after`.
+  // Admin: every live holder of a key (an evicted one included); empty when the key is free.
+  virtual std::vector<LockInfo> inspect(std::string_view key) = 0;
+  // Admin: the live holders of keys that start with `prefix` and sort after key `after`, in
+  // key order (see ListPage): at most `limit` keys, each with all its holders.
   virtual ListPage list(std::string_view prefix, std::string_view after, std::size_t limit) = 0;
-  // Admin: evicts the key's holder, whoever it is; returns what was held, if anything (an
-  // already evicted holder counts as held). From then on the holder's renew() answers false
-  // and acquire() by its owner is no re-entry.
-  //  * Eviction::immediate: the key is free at once (a waiter is woken, as by a release).
+  // Admin: evicts the key's holder with `token`, or without a token every holder of the key;
+  // returns what each evicted holder held (an already evicted holder counts as held), empty
+  // when none matched. From then on an evicted holder's renew() answers false and acquire()
+  // by its owner is no re-entry. Per evicted holder:
+  //  * Eviction::immediate: its hold ends at once (a key left free wakes a waiter, as a release
+  //    does).
   //  * Eviction::delayed: the holder stays recorded with its token and expiry, hold count 0 and
   //    LockInfo::evicted; acquire() by anyone answers Busy with that holder until the holder's
-  //    release() (same owner and token; answers nothing, as for any lease no longer ours) frees
-  //    the key and wakes a waiter, or its lease runs out.
-  virtual std::optional<LockInfo> force_release(std::string_view key, Eviction eviction) = 0;
+  //    release() (same owner and token; answers nothing, as for any lease no longer ours) ends
+  //    it, waking a waiter if the key is free, or its lease runs out.
+  virtual std::vector<LockInfo> force_release(std::string_view key, Eviction eviction,
+                                              std::optional<std::uint64_t> token) = 0;
   // Called once, before any lock is taken: where to report what the store sees. The backend
   // keeps `events` (and may call it) until it is destroyed. Returns whether force-releases are
   // pushed (Events::evicted, within about a second); Capabilities::notifies_evictions says

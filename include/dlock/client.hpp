@@ -18,8 +18,9 @@
 //   if (auto attempt = client.try_acquire_for("nightly", 5s)) {
 //     dlock::Lease& lease = attempt.lease();
 //     run_until(lease.stop_token());       // fires before the lease can run out
-//   } else if (attempt.holder()) {
-//     log("held by {} for {}ms more", attempt.holder()->owner, attempt.holder()->ttl_left.count());
+//   } else {
+//     for (const dlock::LockInfo& holder : attempt.holders())
+//       log("held by {} for {}ms more", holder.owner, holder.ttl_left.count());
 //   }
 
 #include <chrono>
@@ -30,6 +31,7 @@
 #include <stop_token>
 #include <string>
 #include <string_view>
+#include <vector>
 
 #include "dlock/backend.hpp"
 #include "dlock/errors.hpp"
@@ -110,19 +112,20 @@ class DLOCK_EXPORT Lease {
 class DLOCK_EXPORT Attempt {
  public:
   explicit Attempt(Lease lease) : lease_(std::move(lease)) {}
-  explicit Attempt(std::optional<LockInfo> holder) : holder_(std::move(holder)) {}
+  explicit Attempt(std::vector<LockInfo> holders) : holders_(std::move(holders)) {}
 
   explicit operator bool() const noexcept { return lease_.has_value(); }
   bool acquired() const noexcept { return lease_.has_value(); }
   // The lease; throws std::logic_error when the attempt failed.
   Lease& lease();
-  // Who held the key at the last try when the attempt failed; empty when it had no holder to
-  // name (freed just as the deadline passed, being handed to a waiter, no majority yet).
-  const std::optional<LockInfo>& holder() const noexcept { return holder_; }
+  // Who held the key at the last try when the attempt failed, every holder; empty when it had
+  // no holder to name (freed just as the deadline passed, being handed to a waiter, no
+  // majority yet) or when the attempt succeeded.
+  const std::vector<LockInfo>& holders() const noexcept { return holders_; }
 
  private:
   std::optional<Lease> lease_;
-  std::optional<LockInfo> holder_;
+  std::vector<LockInfo> holders_;
 };
 
 // A distributed mutex meeting the standard TimedLockable requirements, so std::unique_lock,
@@ -166,8 +169,9 @@ class DLOCK_EXPORT Mutex {
   const std::string& key() const noexcept;
   // The calling owner's current lease, or nullptr when it holds nothing.
   const Lease* lease() const;
-  // Who held the key when the calling owner's latest try_lock* failed.
-  std::optional<LockInfo> last_holder() const;
+  // Who held the key when the calling owner's latest try_lock* failed (Attempt::holders);
+  // empty before any failed.
+  std::vector<LockInfo> last_holders() const;
   // Called when any lease taken through this mutex is lost.
   void on_lost(std::function<void(const LossInfo&)> callback);
 
@@ -210,15 +214,19 @@ class DLOCK_EXPORT Client {
   // (0: free). Throws LockLostError when that acquisition no longer holds the key.
   std::uint32_t release(std::string_view key, std::string_view owner, std::uint64_t token) const;
 
-  // Admin.
-  std::optional<LockInfo> inspect(std::string_view key) const;
+  // Admin. Every live holder of the key; empty when it is free.
+  std::vector<LockInfo> inspect(std::string_view key) const;
+  // The holders of up to `limit` keys that start with `prefix`, after key `after` (ListPage).
   ListPage list(std::string_view prefix = {}, std::string_view after = {},
                 std::size_t limit = 100) const;
-  // Evicts the key's holder; returns what was held. By default (Eviction::delayed) the key
-  // stays closed to new holders until the evicted holder has released it or its lease runs
-  // out; Eviction::immediate frees it at once. The holder learns at its next renewal, or
-  // within about a second where the store can notify.
-  std::optional<LockInfo> force_release(std::string_view key, Eviction eviction = Eviction::delayed) const;
+  // Evicts the key's holder with `token`, or without one every holder; returns what each
+  // held, empty when none matched (a wrong token evicts nothing). By default
+  // (Eviction::delayed) the key stays closed to new holders until each evicted holder has
+  // released it or its lease runs out; Eviction::immediate ends their holds at once. An
+  // evicted holder learns at its next renewal, or within about a second where the store can
+  // notify.
+  std::vector<LockInfo> force_release(std::string_view key, Eviction eviction = Eviction::delayed,
+                                      std::optional<std::uint64_t> token = std::nullopt) const;
   std::size_t collect_idle() const;
   // What this client did since it opened (see Activity); it adds the same to the store's
   // totals every few seconds and when its last copy goes.

@@ -21,27 +21,40 @@ inline constexpr std::size_t kMaxOwnerBytes = 128;
 // The most waiting owners LockInfo::queue names.
 inline constexpr std::size_t kQueueShown = 32;
 
-// A held lock as the backend sees it. ttl_left is measured by the backend's clock at the
-// moment it answered; it says nothing about the caller's clock.
+// How a holder holds its key. A key has no holder, one exclusive holder, or several shared
+// holders (no store grants shared holds yet: see backend::Capabilities::shared_holders).
+enum class LockMode {
+  exclusive,
+  shared,
+};
+
+DLOCK_EXPORT const char* to_string(LockMode mode) noexcept;
+
+// One holder of a key as the backend sees it; a key with several holders is described by one
+// LockInfo each, and each holder has its own owner, token, hold count and lease. ttl_left is
+// measured by the backend's clock at the moment it answered; it says nothing about the
+// caller's clock.
 struct LockInfo {
   std::string key;
   std::string owner;
-  std::uint64_t token = 0;       // fencing token of the current acquisition
+  std::uint64_t token = 0;       // fencing token of this holder's acquisition
   std::uint32_t hold_count = 0;  // re-entries by the owner; 1 after a plain acquire
   std::chrono::milliseconds ttl_left{0};
   // Time since this acquisition took the key (re-entries and renewals do not reset it), by
   // the backend's clock; nothing where the store does not record it (mysql:// row mode).
   std::optional<std::chrono::milliseconds> held_for;
   // Clients queued for the key, where the store keeps a queue (redis://; inspect and list
-  // only); nothing elsewhere.
+  // only); nothing elsewhere. The key's, so the same on each of its holders.
   std::optional<std::uint32_t> waiters;
   // The waiting owners, first in line first, where the store keeps its queue in order
-  // (zookeeper://, up to kQueueShown of them; inspect and list only); nothing elsewhere.
+  // (zookeeper://, up to kQueueShown of them; inspect and list only); nothing elsewhere. The
+  // key's, so the same on each of its holders.
   std::optional<std::vector<std::string>> queue;
   // Force-released with a lock delay (Eviction::delayed): the holder has been told its lease is
   // gone, and the key stays closed to new holders until that holder releases it (acknowledging
   // the loss) or its lease runs out, whichever is first. hold_count is 0 then.
   bool evicted = false;
+  LockMode mode = LockMode::exclusive;
 };
 
 // How a force-release treats the evicted holder, which learns of it only at its next renewal
@@ -71,8 +84,9 @@ struct Activity {
   bool operator==(const Activity&) const = default;
 };
 
-// One page of Client::list. Pass next_after back as `after` to get the next page; it is
-// empty on the last page.
+// One page of Client::list: one LockInfo per holder, in key order, the holders of one key
+// together and never split between pages. Pass next_after (the page's last key) back as
+// `after` to get the next page; it is empty on the last page.
 struct ListPage {
   std::vector<LockInfo> locks;
   std::string next_after;

@@ -210,9 +210,12 @@ enum class Seen {
 
 Seen look(const Client& client, const Lease& lease) {
   try {
-    const auto holder = client.inspect(lease.key());
-    if (!holder || holder->owner != lease.owner() || holder->token != lease.token()) return Seen::gone;
-    return holder->evicted ? Seen::evicted : Seen::held;
+    const auto holders = client.inspect(lease.key());
+    const auto ours = std::find_if(holders.begin(), holders.end(), [&](const LockInfo& holder) {
+      return holder.owner == lease.owner() && holder.token == lease.token();
+    });
+    if (ours == holders.end()) return Seen::gone;
+    return ours->evicted ? Seen::evicted : Seen::held;
   } catch (const std::exception&) {
     return Seen::unknown;
   }
@@ -370,7 +373,7 @@ AcquireReport report_attempt(const GlobalOptions& global, const AcquireOptions& 
     if (global.json) {
       report.out = json_line({{"acquired", false},
                               {"key", options.key},
-                              {"holder", attempt.holder() ? lock_json(*attempt.holder()) : json(nullptr)}});
+                              {"holder", attempt.holders().empty() ? json(nullptr) : lock_json(attempt.holders()[0])}});
     }
     if (!options.quiet) report.err = error_line(conflict_message(options.key, options.wait, attempt));
     return report;

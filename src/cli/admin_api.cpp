@@ -192,9 +192,9 @@ void AdminApi::install(httplib::Server& server) {
   server.Get("/api/lock", [this](const httplib::Request& request, httplib::Response& response) {
     if (!request.has_param("key")) return fail(response, 400, "give the key: /api/lock?key=KEY");
     const std::string key = request.get_param_value("key");
-    const auto held = client_.inspect(key);
-    if (!held) return reply(response, 404, {{"key", key}, {"held", false}});
-    json body = lock_json(*held);
+    const auto holders = client_.inspect(key);
+    if (holders.empty()) return reply(response, 404, {{"key", key}, {"held", false}});
+    json body = lock_json(holders[0]);
     body["held"] = true;
     reply(response, 200, body);
   });
@@ -225,9 +225,10 @@ void AdminApi::force_release(const httplib::Request& request, httplib::Response&
   const auto parsed = parse_force_release(request.body);
   if (const auto* error = std::get_if<std::string>(&parsed)) return fail(response, 400, *error);
   const ForceRelease& wanted = std::get<ForceRelease>(parsed);
-  const auto freed =
+  const auto released =
       client_.force_release(wanted.key, wanted.lock_delay ? Eviction::delayed : Eviction::immediate);
-  if (!freed) return reply(response, 404, {{"key", wanted.key}, {"held", false}});
+  if (released.empty()) return reply(response, 404, {{"key", wanted.key}, {"held", false}});
+  const LockInfo* freed = &released[0];
   const json entry = {{"at", utc_now_iso()},
                       {"by", wanted.by.empty() ? "anonymous" : wanted.by},
                       {"from", request.remote_addr},

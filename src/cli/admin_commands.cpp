@@ -92,7 +92,9 @@ int release(const GlobalOptions& global, const ReleaseOptions& options) {
   if (options.token) {
     token = *options.token;
   } else {
-    const auto holder = client.inspect(options.key);
+    const auto holders = client.inspect(options.key);
+    const std::optional<LockInfo> holder =
+        holders.empty() ? std::nullopt : std::optional<LockInfo>(holders[0]);
     if (!holder || holder->owner != options.owner) {
       say(fmt::format("'{}' is not held by owner {}: {}", options.key, options.owner,
                       holder ? "it is " + describe_holder(*holder) : std::string("it is free")));
@@ -117,7 +119,8 @@ int release(const GlobalOptions& global, const ReleaseOptions& options) {
 
 int status(const GlobalOptions& global, const std::string& key) {
   const Client client = open_client(global);
-  const auto holder = client.inspect(key);
+  const auto holders = client.inspect(key);
+  const std::optional<LockInfo> holder = holders.empty() ? std::nullopt : std::optional<LockInfo>(holders[0]);
   if (global.json) {
     json out = holder ? to_json(*holder) : json{{"key", key}};
     out["held"] = holder.has_value();
@@ -203,8 +206,9 @@ int force_release(const GlobalOptions& global, const ForceReleaseOptions& option
   // Opened first: a force-release that cannot be recorded is not made.
   AuditLog audit(options.audit_log.empty() ? default_audit_log() : options.audit_log);
   const Client client = open_client(global);
-  const auto freed =
+  const auto released =
       client.force_release(options.key, options.no_lock_delay ? Eviction::immediate : Eviction::delayed);
+  const std::optional<LockInfo> freed = released.empty() ? std::nullopt : std::optional<LockInfo>(released[0]);
   if (freed) {
     audit.append({{"at", utc_now_iso()},
                   {"by", invoking_user(options.by)},

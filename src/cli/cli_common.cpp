@@ -156,8 +156,8 @@ std::string conflict_message(std::string_view key, const WaitOptions& wait, cons
                             ? fmt::format("'{}' is busy", key)
                             : fmt::format("gave up on '{}' after waiting {}", key,
                                           format_duration(wait.wait.value_or(std::chrono::milliseconds(0))));
-  message += attempt.holder() ? ": " + describe_holder(*attempt.holder())
-                              : std::string(": it is changing hands (no holder to name yet)");
+  message += attempt.holders().empty() ? std::string(": it is changing hands (no holder to name yet)")
+                                       : ": " + describe_holder(attempt.holders()[0]);
   return message;
 }
 

@@ -129,7 +129,6 @@ Attempt ClientState::acquire_until(std::string_view key, const LockOptions& opti
                                    SteadyClock::time_point deadline) {
   const LockSpec spec = resolve(key, options);
   const backend::AcquireRequest request{key, spec.owner, spec.ttl};
-  std::optional<LockInfo> holder;
   std::optional<SteadyClock::time_point> waiting_since;
   // Counts the call once it returns, however it returns.
   struct Count {
@@ -157,9 +156,8 @@ Attempt ClientState::acquire_until(std::string_view key, const LockOptions& opti
     }
     auto& busy = std::get<backend::Busy>(result);
     if (!waiting_since) count.conflict = true;
-    holder = std::move(busy.holder);
     const auto now = SteadyClock::now();
-    if (!waiter || now >= deadline) return Attempt(std::move(holder));
+    if (!waiter || now >= deadline) return Attempt(std::move(busy.holders));
     if (!waiting_since) waiting_since = now;
     // Never sleep past the holder's lease: expiry rings no bell.
     waiter->wait_until(std::min(deadline, now + busy.retry_within + std::chrono::milliseconds(1)));
@@ -350,19 +348,22 @@ void ClientState::check_eviction(LeaseState& state) {
     std::lock_guard lock(state.mutex);
     if (state.finished || state.lost.load()) return;
   }
-  std::optional<LockInfo> holder;
+  std::vector<LockInfo> holders;
   {
     // A release that freed the key meanwhile is no eviction: the key is not ours because we let it go.
     std::lock_guard op(state.op_mutex);
     if (state.freed) return;
     try {
-      holder = backend->inspect(state.key);
+      holders = backend->inspect(state.key);
     } catch (const std::exception& e) {
       core::log(LogLevel::debug, "could not check '" + state.key + "' after a force-release notice: " + e.what());
       return;  // the next renewal finds out
     }
   }
-  if (holder && holder->owner == state.spec.owner && holder->token == state.token && !holder->evicted) return;
+  const bool still_ours = std::any_of(holders.begin(), holders.end(), [&](const LockInfo& holder) {
+    return holder.owner == state.spec.owner && holder.token == state.token && !holder.evicted;
+  });
+  if (still_ours) return;
   mark_lost(state, LossReason::not_owner,
             "'" + state.key + "' (token " + std::to_string(state.token) + ") was force-released or taken over");
 }
@@ -626,7 +627,7 @@ std::uint32_t Client::release(std::string_view key, std::string_view owner, std:
   return *left;
 }
 
-std::optional<LockInfo> Client::inspect(std::string_view key) const {
+std::vector<LockInfo> Client::inspect(std::string_view key) const {
   core::validate_key(key, state_->backend->max_key_bytes());
   return state_->backend->inspect(key);
 }
@@ -636,10 +637,13 @@ ListPage Client::list(std::string_view prefix, std::string_view after, std::size
   return state_->backend->list(prefix, after, limit);
 }
 
-std::optional<LockInfo> Client::force_release(std::string_view key, Eviction eviction) const {
+std::vector<LockInfo> Client::force_release(std::string_view key, Eviction eviction,
+                                            std::optional<std::uint64_t> token) const {
   core::validate_key(key, state_->backend->max_key_bytes());
-  auto released = state_->backend->force_release(key, eviction);
-  if (released) core::log(LogLevel::info, "force-released '" + std::string(key) + "', " + detail::describe(*released));
+  auto released = state_->backend->force_release(key, eviction, token);
+  for (const LockInfo& holder : released) {
+    core::log(LogLevel::info, "force-released '" + std::string(key) + "', " + detail::describe(holder));
+  }
   return released;
 }
 

@@ -130,7 +130,7 @@ struct MutexState {
 
   std::mutex mutex;
   std::unordered_map<std::string, std::deque<Lease>> holds;  // by owner; deque keeps Lease* stable
-  std::unordered_map<std::string, std::optional<LockInfo>> last_holder;
+  std::unordered_map<std::string, std::vector<LockInfo>> last_holders;
   std::vector<std::function<void(const LossInfo&)>> loss_callbacks;
 
   std::string current_owner() const {

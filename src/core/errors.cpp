@@ -24,4 +24,14 @@ const char* to_string(LossReason reason) noexcept {
   return "unknown";
 }
 
+const char* to_string(LockMode mode) noexcept {
+  switch (mode) {
+    case LockMode::exclusive:
+      return "exclusive";
+    case LockMode::shared:
+      return "shared";
+  }
+  return "unknown";
+}
+
 }  // namespace dlock

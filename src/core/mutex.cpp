@@ -52,7 +52,7 @@ bool Mutex::try_lock_until_steady(std::chrono::steady_clock::time_point deadline
   Attempt attempt = state_->client->acquire_until(state_->key, state_->options, deadline);
   if (!attempt) {
     std::lock_guard lock(state_->mutex);
-    state_->last_holder[owner] = attempt.holder();
+    state_->last_holders[owner] = attempt.holders();
     return false;
   }
   state_->adopt(std::move(attempt.lease()), owner);
@@ -99,12 +99,12 @@ const Lease* Mutex::lease() const {
   return it == state_->holds.end() || it->second.empty() ? nullptr : &it->second.back();
 }
 
-std::optional<LockInfo> Mutex::last_holder() const {
-  if (!state_) return std::nullopt;
+std::vector<LockInfo> Mutex::last_holders() const {
+  if (!state_) return {};
   const std::string owner = state_->current_owner();
   std::lock_guard lock(state_->mutex);
-  const auto it = state_->last_holder.find(owner);
-  return it == state_->last_holder.end() ? std::nullopt : it->second;
+  const auto it = state_->last_holders.find(owner);
+  return it == state_->last_holders.end() ? std::vector<LockInfo>{} : it->second;
 }
 
 void Mutex::on_lost(std::function<void(const LossInfo&)> callback) {

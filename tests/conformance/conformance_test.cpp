@@ -19,6 +19,7 @@
 
 #include "conformance/conformance_fixture.hpp"
 #include "support/child_process.hpp"
+#include "support/holders.hpp"
 
 using namespace std::chrono_literals;
 
@@ -111,7 +112,7 @@ TEST_P(Conformance, MutualExclusionThreads) {
   EXPECT_EQ(counter.load(), kThreads * kIterations) << "updates were lost: two holders at once";
   EXPECT_EQ(most_inside.load(), 1) << "threads were inside the critical section together";
   EXPECT_EQ(token_regressions, 0) << "a later acquisition got a fencing token not above the one before";
-  EXPECT_FALSE(shared_client.inspect(k)) << "the key is still held after every thread unlocked";
+  EXPECT_TRUE(shared_client.inspect(k).empty()) << "the key is still held after every thread unlocked";
 }
 
 TEST_P(Conformance, MutualExclusionProcesses) {
@@ -139,7 +140,7 @@ TEST_P(Conformance, MutualExclusionProcesses) {
   long long count = -1;
   in >> count;
   EXPECT_EQ(count, kWorkers * kIterations) << "updates were lost: two processes held the lock at once";
-  EXPECT_FALSE(open().inspect(key())) << "the key is still held after every worker exited";
+  EXPECT_TRUE(open().inspect(key()).empty()) << "the key is still held after every worker exited";
 }
 
 // ---- Reentrancy and owners ----
@@ -159,14 +160,14 @@ TEST_P(Conformance, Reentrancy) {
   ASSERT_NE(mutex.lease(), nullptr);
   EXPECT_EQ(mutex.lease()->token(), token) << "a re-entry must keep the fencing token";
   EXPECT_EQ(mutex.lease()->hold_count(), 2u);
-  auto info = other.inspect(k);
+  auto info = sole_holder(other.inspect(k));
   ASSERT_TRUE(info);
   EXPECT_EQ(info->hold_count, 2u);
   EXPECT_EQ(info->token, token);
 
   mutex.unlock();  // one hold left: still ours
   EXPECT_FALSE(other.try_acquire(k)) << "one unlock of two holds freed the key";
-  info = other.inspect(k);
+  info = sole_holder(other.inspect(k));
   ASSERT_TRUE(info);
   EXPECT_EQ(info->hold_count, 1u);
   ASSERT_NE(mutex.lease(), nullptr);
@@ -174,7 +175,7 @@ TEST_P(Conformance, Reentrancy) {
 
   mutex.unlock();  // the last hold
   EXPECT_EQ(mutex.lease(), nullptr);
-  EXPECT_FALSE(other.inspect(k));
+  EXPECT_TRUE(other.inspect(k).empty());
   auto taken = other.try_acquire(k);
   ASSERT_TRUE(taken) << "the key is not free after the last unlock";
   EXPECT_GT(taken.lease().token(), token);
@@ -192,7 +193,7 @@ TEST_P(Conformance, ReentryExtendsTheLease) {
   EXPECT_EQ(second.token(), first.token());
   EXPECT_EQ(second.hold_count(), 2u);
   // Without the extension about 1.4 s would be left.
-  const auto info = client.inspect(k);
+  const auto info = sole_holder(client.inspect(k));
   ASSERT_TRUE(info);
   EXPECT_GT(info->ttl_left.count(), 1500) << "the re-entry did not extend the backend's lease";
   EXPECT_LE(info->ttl_left.count(), 2000);
@@ -200,9 +201,9 @@ TEST_P(Conformance, ReentryExtendsTheLease) {
   EXPECT_EQ(first.valid_until(), second.valid_until()) << "holds of one acquisition share its expiry";
   second.release();
   EXPECT_TRUE(first.held());
-  EXPECT_TRUE(client.inspect(k));
+  EXPECT_FALSE(client.inspect(k).empty());
   first.release();
-  EXPECT_FALSE(client.inspect(k));
+  EXPECT_TRUE(client.inspect(k).empty());
 }
 
 // A re-entry with a shorter TTL never shortens the lease the outer hold relies on.
@@ -213,7 +214,7 @@ TEST_P(Conformance, ReentryNeverShortensTheLease) {
   const auto outer_until = outer.valid_until();
   Lease inner = client.acquire(k, {.ttl = 1s});
   EXPECT_EQ(inner.token(), outer.token());
-  const auto info = client.inspect(k);
+  const auto info = sole_holder(client.inspect(k));
   ASSERT_TRUE(info);
   // Where the lease is the session, ttl_left is the session's, which no TTL changes.
   if (!capabilities().lease_is_the_session) {
@@ -237,7 +238,7 @@ TEST_P(Conformance, DifferentThreadsAreDifferentOwners) {
   std::thread([&] {
     EXPECT_NE(client.default_owner(), main_owner);
     EXPECT_FALSE(mutex.try_lock()) << "another thread of the same client re-entered the lock";
-    const auto holder = mutex.last_holder();
+    const auto holder = sole_holder(mutex.last_holders());
     ASSERT_TRUE(holder);
     EXPECT_EQ(holder->owner, main_owner);
     EXPECT_EQ(mutex.lease(), nullptr);
@@ -247,7 +248,7 @@ TEST_P(Conformance, DifferentThreadsAreDifferentOwners) {
     EXPECT_TRUE(mutex.try_lock()) << "another thread cannot take the key after the unlock";
     mutex.unlock();
   }).join();
-  EXPECT_FALSE(client.inspect(k));
+  EXPECT_TRUE(client.inspect(k).empty());
 }
 
 TEST_P(Conformance, ExplicitOwnerSharedAcrossClients) {
@@ -269,9 +270,9 @@ TEST_P(Conformance, ExplicitOwnerSharedAcrossClients) {
   const std::uint64_t token = a.token();
   a.detach();
   EXPECT_EQ(stranger.release(k, owner, token), 1u);
-  EXPECT_TRUE(stranger.inspect(k));
+  EXPECT_FALSE(stranger.inspect(k).empty());
   b.lease().release();
-  EXPECT_FALSE(stranger.inspect(k));
+  EXPECT_TRUE(stranger.inspect(k).empty());
   EXPECT_TRUE(stranger.try_acquire(k));
 }
 
@@ -288,7 +289,7 @@ TEST_P(Conformance, ExpiryAfterSigkill) {
   auto [holder, holder_token, holder_owner] = start_holder(url(), k, kTtl.count(), ready);
   ASSERT_NE(holder_token, 0u) << "the holder never reported its lease";
 
-  const auto info = client.inspect(k);
+  const auto info = sole_holder(client.inspect(k));
   ASSERT_TRUE(info);
   EXPECT_EQ(info->token, holder_token);
   EXPECT_EQ(info->owner, holder_owner);
@@ -309,9 +310,10 @@ TEST_P(Conformance, ExpiryAfterSigkill) {
   const auto first_sent = Clock::now();
   auto first = client.try_acquire(k, {.ttl = 10s});
   ASSERT_FALSE(first) << "the key was free right after its holder died: the lease did not last its TTL";
-  ASSERT_TRUE(first.holder());
-  EXPECT_EQ(first.holder()->token, holder_token);
-  const auto left = first.holder()->ttl_left;
+  const auto seen = sole_holder(first.holders());
+  ASSERT_TRUE(seen);
+  EXPECT_EQ(seen->token, holder_token);
+  const auto left = seen->ttl_left;
   EXPECT_GT(left.count(), 0);
   // Where the lease is the session, the key is held until the store expires the dead holder's
   // session, which it may do up to the reported session timeout after it last heard from it.
@@ -339,12 +341,12 @@ TEST_P(Conformance, ForceReleaseSeenByHolderInAnotherProcess) {
   auto [holder, holder_token, holder_owner] = start_holder(url(), k, 600, ready);
   ASSERT_NE(holder_token, 0u) << "the holder never reported its lease";
 
-  const auto released = admin.force_release(k, Eviction::immediate);
+  const auto released = sole_holder(admin.force_release(k, Eviction::immediate));
   ASSERT_TRUE(released) << "force_release found nothing held";
   EXPECT_EQ(released->token, holder_token);
   EXPECT_EQ(released->owner, holder_owner);
   EXPECT_EQ(released->key, k);
-  EXPECT_FALSE(admin.inspect(k));
+  EXPECT_TRUE(admin.inspect(k).empty());
 
   const auto status = holder.wait_for(10s);
   ASSERT_TRUE(status) << "the evicted holder never noticed the force-release";
@@ -365,10 +367,10 @@ TEST_P(Conformance, ForceReleaseLockDelayOutlastsADeadHolder) {
   auto [holder, holder_token, holder_owner] = start_holder(url(), k, 1500, ready);
   ASSERT_NE(holder_token, 0u) << "the holder never reported its lease";
 
-  const auto released = admin.force_release(k);
+  const auto released = sole_holder(admin.force_release(k));
   ASSERT_TRUE(released);
   EXPECT_EQ(released->token, holder_token);
-  const auto evicted = admin.inspect(k);
+  const auto evicted = sole_holder(admin.inspect(k));
   ASSERT_TRUE(evicted) << "a delayed force-release must keep the evicted holder on record";
   EXPECT_TRUE(evicted->evicted);
   EXPECT_EQ(evicted->owner, holder_owner);
@@ -378,12 +380,13 @@ TEST_P(Conformance, ForceReleaseLockDelayOutlastsADeadHolder) {
   ASSERT_TRUE(status) << "the evicted holder never noticed the force-release";
   EXPECT_EQ(*status, 42) << "the holder ended without reporting the loss";
   const auto died = Clock::now();
-  const auto still = admin.inspect(k);
+  const auto still = sole_holder(admin.inspect(k));
   Attempt early = admin.try_acquire(k);
   if (still && still->ttl_left > 100ms) {
     EXPECT_FALSE(early) << "taken " << still->ttl_left.count() << " ms before the evicted lease ran out";
-    ASSERT_TRUE(early.holder());
-    EXPECT_TRUE(early.holder()->evicted);
+    const auto seen = sole_holder(early.holders());
+    ASSERT_TRUE(seen);
+    EXPECT_TRUE(seen->evicted);
   }
   if (!early) {
     auto next = admin.try_acquire_for(k, 10s);
@@ -419,7 +422,7 @@ TEST_P(Conformance, RenewalKeepsLockPastTtl) {
   EXPECT_FALSE(lease.stop_token().stop_requested());
   EXPECT_EQ(losses.load(), 0);
   EXPECT_GT(ms(lease.valid_until() - first_until), 1200) << "valid_until did not move with the renewals";
-  const auto info = other.inspect(k);
+  const auto info = sole_holder(other.inspect(k));
   ASSERT_TRUE(info);
   if (!capabilities().lease_is_the_session) {
     EXPECT_LE(info->ttl_left.count(), 600);
@@ -442,14 +445,14 @@ TEST_P(Conformance, LossDetectedAfterForceRelease) {
   });
   std::stop_callback on_stop(lease.stop_token(), [&] { stop_seen = true; });
 
-  const auto released = admin.force_release(k);
+  const auto released = sole_holder(admin.force_release(k));
   ASSERT_TRUE(released);
   // Closed to others, and to the evicted owner too, until it acknowledges its loss.
   Attempt meanwhile = admin.try_acquire(k);
   EXPECT_FALSE(meanwhile) << "a delayed force-release let a new holder in at once";
-  if (meanwhile.holder()) {
-    EXPECT_TRUE(meanwhile.holder()->evicted);
-    EXPECT_EQ(meanwhile.holder()->token, lease.token());
+  if (const auto seen = sole_holder(meanwhile.holders())) {
+    EXPECT_TRUE(seen->evicted);
+    EXPECT_EQ(seen->token, lease.token());
   }
   EXPECT_EQ(released->token, lease.token());
   EXPECT_EQ(released->owner, lease.owner());
@@ -490,16 +493,78 @@ TEST_P(Conformance, ForceReleaseImmediateFreesAtOnce) {
   Client admin = open();
   const std::string k = key();
   Lease lease = client.acquire(k, {.ttl = 10s, .auto_renew = true});
-  const auto released = admin.force_release(k, Eviction::immediate);
+  const auto released = sole_holder(admin.force_release(k, Eviction::immediate));
   ASSERT_TRUE(released);
   EXPECT_FALSE(released->evicted);
-  EXPECT_FALSE(admin.inspect(k));
+  EXPECT_TRUE(admin.inspect(k).empty());
   auto next = admin.try_acquire(k);
   ASSERT_TRUE(next) << "an immediate force-release left the key closed";
   EXPECT_GT(next.lease().token(), lease.token());
   EXPECT_THROW(lease.renew(), LockLostError);
   EXPECT_THROW(lease.release(), LockLostError);
-  EXPECT_TRUE(admin.inspect(k)) << "the evicted holder's release touched the new acquisition";
+  EXPECT_FALSE(admin.inspect(k).empty()) << "the evicted holder's release touched the new acquisition";
+}
+
+// A force-release given a token evicts the holder with that token and no other: a wrong token
+// evicts nothing, and the holder keeps the key and keeps renewing.
+TEST_P(Conformance, ForceReleaseByToken) {
+  Client client = open();
+  Client admin = open();
+  const std::string k = key();
+  std::atomic<int> losses{0};
+  Lease lease = client.acquire(k, {.ttl = 600ms, .auto_renew = true});
+  lease.on_lost([&](const LossInfo&) { ++losses; });
+  EXPECT_TRUE(admin.force_release(k, Eviction::immediate, lease.token() + 1).empty())
+      << "a wrong token evicted";
+  EXPECT_TRUE(admin.force_release(k, Eviction::delayed, lease.token() - 1).empty())
+      << "a wrong token evicted";
+  const auto before = lease.valid_until();
+  std::this_thread::sleep_for(1500ms);  // past the 600 ms TTL: only renewals keep it
+  EXPECT_TRUE(lease.held());
+  EXPECT_EQ(losses.load(), 0);
+  EXPECT_GT(ms(lease.valid_until() - before), 900)
+      << "renewals stopped after a force-release with a wrong token";
+  const auto kept = sole_holder(admin.inspect(k));
+  ASSERT_TRUE(kept) << "a force-release with a wrong token freed the key";
+  EXPECT_EQ(kept->token, lease.token());
+  EXPECT_FALSE(kept->evicted);
+  EXPECT_FALSE(admin.try_acquire(k));
+
+  const auto evicted = admin.force_release(k, Eviction::delayed, lease.token());
+  ASSERT_EQ(evicted.size(), 1u) << "the holder's token did not evict it";
+  EXPECT_EQ(evicted[0].token, lease.token());
+  EXPECT_EQ(evicted[0].owner, lease.owner());
+  const auto closed = sole_holder(admin.inspect(k));
+  ASSERT_TRUE(closed);
+  EXPECT_TRUE(closed->evicted);
+  EXPECT_TRUE(admin.force_release(k, Eviction::immediate, lease.token() + 1).empty())
+      << "a wrong token evicted";
+  // An evicted holder still counts as held: its token frees the key at once.
+  ASSERT_EQ(admin.force_release(k, Eviction::immediate, lease.token()).size(), 1u);
+  EXPECT_TRUE(admin.inspect(k).empty());
+  EXPECT_THROW(lease.renew(), LockLostError);
+}
+
+// A key has no holder or one exclusive holder: inspect names exactly that one, as does the
+// store's answer to a conflicting attempt (Busy::holders).
+TEST_P(Conformance, InspectNamesTheOneExclusiveHolder) {
+  Client client = open();
+  const std::string k = key();
+  EXPECT_TRUE(client.inspect(k).empty());
+  Lease lease = client.acquire(k, {.ttl = 10s});
+  const auto holders = client.inspect(k);
+  ASSERT_EQ(holders.size(), 1u);
+  EXPECT_EQ(holders[0].mode, LockMode::exclusive);
+  EXPECT_EQ(holders[0].owner, lease.owner());
+  EXPECT_EQ(holders[0].token, lease.token());
+  const auto answer = open_backend()->acquire({k, "someone-else", 10s});
+  ASSERT_TRUE(std::holds_alternative<backend::Busy>(answer)) << "a held key was granted to another owner";
+  const auto& busy = std::get<backend::Busy>(answer);
+  ASSERT_EQ(busy.holders.size(), 1u) << "Busy did not name the one holder";
+  EXPECT_EQ(busy.holders[0].token, lease.token());
+  EXPECT_EQ(busy.holders[0].mode, LockMode::exclusive);
+  lease.release();
+  EXPECT_TRUE(client.inspect(k).empty());
 }
 
 // The evicted holder cannot re-enter, renew or shorten its way back; its release opens the key
@@ -510,8 +575,8 @@ TEST_P(Conformance, ForceReleaseDelayEndsWithTheHoldersRelease) {
   Client waiter = open();
   const std::string k = key();
   Lease lease = client.acquire(k, {.ttl = 20s});
-  ASSERT_TRUE(admin.force_release(k));
-  const auto evicted = admin.inspect(k);
+  ASSERT_FALSE(admin.force_release(k).empty());
+  const auto evicted = sole_holder(admin.inspect(k));
   ASSERT_TRUE(evicted);
   EXPECT_TRUE(evicted->evicted);
   EXPECT_EQ(evicted->hold_count, 0u);
@@ -555,7 +620,7 @@ TEST_P(Conformance, EvictedHolderLearnsWithinASecond) {
   Lease lease = client.acquire(k, {.ttl = 30s, .auto_renew = true});
   lease.on_lost([&](const LossInfo& info) { lost.set_value(info); });
   const auto forced = Clock::now();
-  ASSERT_TRUE(admin.force_release(k));
+  ASSERT_FALSE(admin.force_release(k).empty());
   auto future = lost.get_future();
   ASSERT_EQ(future.wait_for(5s), std::future_status::ready) << "the evicted holder was not told within 5 s";
   EXPECT_LT(ms(Clock::now() - forced), 1500) << "ms from the force-release to the holder's loss";
@@ -577,7 +642,7 @@ TEST_P(Conformance, LossReportedThroughMutexAndUnlockStaysNoexcept) {
   });
   mutex.lock();
   const std::uint64_t token = mutex.lease()->token();
-  ASSERT_TRUE(admin.force_release(k));
+  ASSERT_FALSE(admin.force_release(k).empty());
   auto future = lost.get_future();
   ASSERT_EQ(future.wait_for(5s), std::future_status::ready) << "the mutex's loss callback never ran";
   EXPECT_EQ(future.get().token, token);
@@ -645,7 +710,7 @@ TEST_P(Conformance, FencingMonotonic) {
       record(lease.token(), "the first acquisition");
       Lease again = client.acquire(k);
       EXPECT_EQ(again.token(), lease.token()) << "a re-entry must keep the token";
-      const auto info = admin.inspect(k);
+      const auto info = sole_holder(admin.inspect(k));
       ASSERT_TRUE(info);
       EXPECT_EQ(info->token, lease.token());
     }
@@ -658,18 +723,18 @@ TEST_P(Conformance, FencingMonotonic) {
       record(short_lease.token(), "a release (2)");
       if (capabilities().lease_is_the_session) {
         // No lease to run out: the lock ends when it is taken from its connection.
-        ASSERT_TRUE(admin.force_release(k, Eviction::immediate));
+        ASSERT_FALSE(admin.force_release(k, Eviction::immediate).empty());
       }
       auto taken = admin.try_acquire_for(k, 5s);
       ASSERT_TRUE(taken) << "a 150 ms lease never expired";
       record(taken.lease().token(), "an expiry");
-      const auto evicted = admin.force_release(k, Eviction::immediate);
+      const auto evicted = sole_holder(admin.force_release(k, Eviction::immediate));
       ASSERT_TRUE(evicted);
       EXPECT_EQ(evicted->token, taken.lease().token());
       Lease after_force = client.acquire(k);
       record(after_force.token(), "a force-release");
     }
-    EXPECT_FALSE(admin.inspect(k));
+    EXPECT_TRUE(admin.inspect(k).empty());
     admin.collect_idle();
     {
       Lease lease = client.acquire(k);
@@ -696,9 +761,9 @@ TEST_P(Conformance, StaleReleaseCannotTouchNewerAcquisition) {
   Lease old_lease = client.acquire(k, {.ttl = 200ms, .owner = owner});
   const std::uint64_t old_token = old_lease.token();
   if (capabilities().lease_is_the_session) {
-    ASSERT_TRUE(other.force_release(k, Eviction::immediate));  // no lease to run out
+    ASSERT_FALSE(other.force_release(k, Eviction::immediate).empty());  // no lease to run out
   }
-  ASSERT_TRUE(eventually([&] { return !other.inspect(k); }, 5s)) << "the 200 ms lease never expired";
+  ASSERT_TRUE(eventually([&] { return other.inspect(k).empty(); }, 5s)) << "the 200 ms lease never expired";
 
   Lease new_lease = client.acquire(k, {.ttl = 10s, .owner = owner});
   EXPECT_GT(new_lease.token(), old_token);
@@ -709,13 +774,13 @@ TEST_P(Conformance, StaleReleaseCannotTouchNewerAcquisition) {
   EXPECT_THROW(old_lease.release(), LockLostError);
 
   EXPECT_TRUE(new_lease.held());
-  const auto info = other.inspect(k);
+  const auto info = sole_holder(other.inspect(k));
   ASSERT_TRUE(info) << "a stale release freed the newer acquisition";
   EXPECT_EQ(info->token, new_lease.token());
   EXPECT_EQ(info->hold_count, 1u);
   EXPECT_FALSE(other.try_acquire(k));
   EXPECT_NO_THROW(new_lease.release());
-  EXPECT_FALSE(other.inspect(k));
+  EXPECT_TRUE(other.inspect(k).empty());
 }
 
 // ---- Waiting ----
@@ -750,7 +815,7 @@ TEST_P(Conformance, TryLockForDeadline) {
       "Client::try_acquire_for",
       [&] {
         auto attempt = client.try_acquire_for(k, kTimeout);
-        holder_report = attempt.holder();
+        holder_report = sole_holder(attempt.holders());
         return bool(attempt);
       },
       kTimeout);
@@ -782,7 +847,7 @@ TEST_P(Conformance, TryLockIsOneAttempt) {
   auto attempt = client.try_acquire(k);
   EXPECT_LT(ms(Clock::now() - start), 1000) << "try_acquire waited (ms)";
   EXPECT_FALSE(attempt);
-  EXPECT_TRUE(attempt.holder());
+  EXPECT_FALSE(attempt.holders().empty());
   EXPECT_EQ(faults->acquire_calls(), 1u) << "try_acquire made more than one round trip";
   EXPECT_EQ(faults->waits(), 0u);
   EXPECT_THROW(attempt.lease(), std::logic_error);
@@ -819,8 +884,9 @@ TEST_P(Conformance, TimeoutZeroOrNegativeMeansTryOnce) {
     check_once("try_lock_for(-5s)", false, [&] { return mutex.try_lock_for(-5s); });
     check_once("try_lock_until(past)", false, [&] { return mutex.try_lock_until(Clock::now() - 1s); });
     const auto report = client.try_acquire_for(k, 0ms);
-    ASSERT_TRUE(report.holder()) << "a zero-timeout attempt must still report the holder";
-    EXPECT_EQ(report.holder()->token, lease.token());
+    const auto seen = sole_holder(report.holders());
+    ASSERT_TRUE(seen) << "a zero-timeout attempt must still report the holder";
+    EXPECT_EQ(seen->token, lease.token());
   }
   // On a free key, "try once" succeeds.
   check_once("try_lock_for(-1s) on a free key", true, [&] { return mutex.try_lock_for(-1s); });
@@ -834,8 +900,11 @@ TEST_P(Conformance, HolderReportOnConflict) {
   Client client = open();
   const std::string k = key();
   Lease lease = holder.acquire(k, {.ttl = kTtl});
-  const auto check = [&](const std::optional<LockInfo>& report, const char* via, std::uint32_t holds) {
-    ASSERT_TRUE(report) << via << " did not say who holds the key";
+  // Every report names the one holder, exclusive.
+  const auto check = [&](const std::vector<LockInfo>& holders, const char* via, std::uint32_t holds) {
+    ASSERT_EQ(holders.size(), 1u) << via << " did not name the one holder of the key";
+    const LockInfo* report = &holders.front();
+    EXPECT_EQ(report->mode, LockMode::exclusive) << via;
     EXPECT_EQ(report->key, k) << via;
     EXPECT_EQ(report->owner, lease.owner()) << via;
     EXPECT_EQ(report->token, lease.token()) << via;
@@ -845,23 +914,23 @@ TEST_P(Conformance, HolderReportOnConflict) {
   };
   auto attempt = client.try_acquire(k);
   EXPECT_FALSE(attempt);
-  check(attempt.holder(), "try_acquire", 1);
-  check(client.try_acquire_for(k, 50ms).holder(), "try_acquire_for", 1);
+  check(attempt.holders(), "try_acquire", 1);
+  check(client.try_acquire_for(k, 50ms).holders(), "try_acquire_for", 1);
   Mutex mutex = client.mutex(k);
   EXPECT_FALSE(mutex.try_lock());
-  check(mutex.last_holder(), "Mutex::last_holder", 1);
+  check(mutex.last_holders(), "Mutex::last_holders", 1);
   check(client.inspect(k), "inspect", 1);
 
   // ttl_left is the time left, not the TTL.
   std::this_thread::sleep_for(300ms);
-  const auto later = client.try_acquire(k).holder();
+  const auto later = client.try_acquire(k).holders();
   check(later, "try_acquire after 300 ms", 1);
-  if (later) {
-    EXPECT_LE(later->ttl_left.count(), ms(kTtl - 250ms)) << "ttl_left did not go down";
+  if (!later.empty()) {
+    EXPECT_LE(later[0].ttl_left.count(), ms(kTtl - 250ms)) << "ttl_left did not go down";
   }
 
   Lease again = holder.acquire(k, {.ttl = kTtl});
-  check(client.try_acquire(k).holder(), "try_acquire after a re-entry", 2);
+  check(client.try_acquire(k).holders(), "try_acquire after a re-entry", 2);
 }
 
 // A waiter is woken by the release, long before the holder's 30 s TTL.
@@ -992,14 +1061,14 @@ TEST_P(Conformance, ListAndInspect) {
   for (const auto& lock : client.list(base + "/").locks) all_listed.push_back(lock.key);
   EXPECT_EQ(all_listed, all);
 
-  const auto info = client.inspect(listed[0]);
+  const auto info = sole_holder(client.inspect(listed[0]));
   ASSERT_TRUE(info);
   EXPECT_EQ(info->key, listed[0]);
   EXPECT_EQ(info->owner, leases[0].owner());
   EXPECT_EQ(info->token, leases[0].token());
-  EXPECT_FALSE(client.inspect(prefix + "e")) << "a released key is reported held";
-  EXPECT_FALSE(client.inspect(prefix + "never-locked"));
-  EXPECT_FALSE(client.force_release(prefix + "never-locked"));
+  EXPECT_TRUE(client.inspect(prefix + "e").empty()) << "a released key is reported held";
+  EXPECT_TRUE(client.inspect(prefix + "never-locked").empty());
+  EXPECT_TRUE(client.force_release(prefix + "never-locked").empty());
   EXPECT_THROW(client.list(prefix, "", 0), InvalidArgument);
 }
 
@@ -1013,7 +1082,7 @@ TEST_P(Conformance, HeldForCountsFromTheAcquisition) {
   std::this_thread::sleep_for(300ms);
   Lease reentry = client.acquire(k, {.ttl = 10s});
   lease.renew();
-  const auto info = other.inspect(k);
+  const auto info = sole_holder(other.inspect(k));
   ASSERT_TRUE(info);
   if (!capabilities().records_acquisition_time) {
     EXPECT_FALSE(info->held_for) << "this store records no acquisition time, yet held_for is set";
@@ -1028,15 +1097,16 @@ TEST_P(Conformance, HeldForCountsFromTheAcquisition) {
   EXPECT_GE(page.locks[0].held_for->count(), info->held_for->count());
   const auto conflict = other.try_acquire(k);
   ASSERT_FALSE(conflict);
-  ASSERT_TRUE(conflict.holder());
-  ASSERT_TRUE(conflict.holder()->held_for) << "the conflict report gives no held_for";
-  EXPECT_GE(conflict.holder()->held_for->count(), 299);
+  const auto seen = sole_holder(conflict.holders());
+  ASSERT_TRUE(seen);
+  ASSERT_TRUE(seen->held_for) << "the conflict report gives no held_for";
+  EXPECT_GE(seen->held_for->count(), 299);
 
   reentry.release();
   lease.release();
   const auto start = Clock::now();
   Lease again = other.acquire(k, {.ttl = 10s});
-  const auto fresh = other.inspect(k);
+  const auto fresh = sole_holder(other.inspect(k));
   const auto elapsed = ms(Clock::now() - start);
   ASSERT_TRUE(fresh);
   ASSERT_TRUE(fresh->held_for);
@@ -1057,25 +1127,27 @@ TEST_P(Conformance, WaitersAreCountedWhereTheStoreKnowsThem) {
   });
   const std::string queued = waiter_owner.get_future().get();
   if (capabilities().counts_waiters) {
-    EXPECT_TRUE(eventually([&] { return holder.inspect(k)->waiters == 1u; }, 5s)) << "inspect does not count the waiter";
+    EXPECT_TRUE(eventually([&] { return sole_holder(holder.inspect(k))->waiters == 1u; }, 5s))
+        << "inspect does not count the waiter";
     const auto page = holder.list(k);
     ASSERT_EQ(page.locks.size(), 1u);
     EXPECT_EQ(page.locks[0].waiters, 1u) << "list does not count the waiter";
     if (capabilities().names_waiters) {
-      EXPECT_EQ(holder.inspect(k)->queue, std::vector<std::string>{queued}) << "inspect does not name the waiter";
+      EXPECT_EQ(sole_holder(holder.inspect(k))->queue, std::vector<std::string>{queued})
+          << "inspect does not name the waiter";
       EXPECT_EQ(page.locks[0].queue, std::vector<std::string>{queued}) << "list does not name the waiter";
     } else {
       EXPECT_FALSE(page.locks[0].queue);
     }
   } else {
     std::this_thread::sleep_for(200ms);
-    EXPECT_FALSE(holder.inspect(k)->waiters);
+    EXPECT_FALSE(sole_holder(holder.inspect(k))->waiters);
     EXPECT_FALSE(holder.list(k).locks.at(0).waiters);
   }
   lease.release();
   waiter.join();
   ASSERT_TRUE(got && *got) << "the waiter did not get the key";
-  const auto after = holder.inspect(k);  // held by the waiter now, which left the queue
+  const auto after = sole_holder(holder.inspect(k));  // held by the waiter now, which left the queue
   ASSERT_TRUE(after);
   if (capabilities().counts_waiters) {
     EXPECT_EQ(after->waiters, 0u);
@@ -1099,7 +1171,7 @@ TEST_P(Conformance, ActivityIsCountedAndAddedToTheStore) {
     EXPECT_FALSE(b.try_acquire_for(k, 100ms));
     const auto waited_ms = ms(Clock::now() - waited_from);
     lease.renew();
-    ASSERT_TRUE(a.force_release(k));
+    ASSERT_FALSE(a.force_release(k).empty());
     EXPECT_THROW(reentry.renew(), LockLostError);
 
     const Activity mine = a.activity();
@@ -1150,7 +1222,7 @@ TEST_P(Conformance, StdUniqueLockAndScopedLock) {
   Client other = open();
   Mutex one = client.mutex(key("one"));
   Mutex two = client.mutex(key("two"));
-  const auto held = [&](const Mutex& m) { return other.inspect(m.key()).has_value(); };
+  const auto held = [&](const Mutex& m) { return !other.inspect(m.key()).empty(); };
   {
     std::unique_lock lock(one);
     EXPECT_TRUE(lock.owns_lock());
@@ -1228,20 +1300,20 @@ TEST_P(Conformance, KeyAtTheLimitAndUnicode) {
   prepared(longest);
   {
     Lease lease = client.acquire(longest, {.ttl = 10s});
-    const auto info = client.inspect(longest);
+    const auto info = sole_holder(client.inspect(longest));
     ASSERT_TRUE(info);
     EXPECT_EQ(info->key, longest);
     const auto page = client.list(longest);
     ASSERT_EQ(page.locks.size(), 1u);
     EXPECT_EQ(page.locks[0].key, longest);
   }
-  EXPECT_FALSE(client.inspect(longest));
+  EXPECT_TRUE(client.inspect(longest).empty());
   EXPECT_TRUE(
       throws_naming<InvalidArgument>([&] { client.acquire(longest + "x"); }, {std::to_string(limit)}));
 
   const std::string unicode = key("заказ/42 ✓ 注文");
   Lease lease = client.acquire(unicode, {.ttl = 10s});
-  const auto info = client.inspect(unicode);
+  const auto info = sole_holder(client.inspect(unicode));
   ASSERT_TRUE(info);
   EXPECT_EQ(info->key, unicode);
   EXPECT_FALSE(open().try_acquire(unicode));

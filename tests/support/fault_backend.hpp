@@ -113,12 +113,13 @@ class FaultBackend final : public backend::Backend {
     return inner_->release(lease);
   }
 
-  std::optional<LockInfo> inspect(std::string_view key) override { return inner_->inspect(key); }
+  std::vector<LockInfo> inspect(std::string_view key) override { return inner_->inspect(key); }
   ListPage list(std::string_view prefix, std::string_view after, std::size_t limit) override {
     return inner_->list(prefix, after, limit);
   }
-  std::optional<LockInfo> force_release(std::string_view key, Eviction eviction) override {
-    return inner_->force_release(key, eviction);
+  std::vector<LockInfo> force_release(std::string_view key, Eviction eviction,
+                                      std::optional<std::uint64_t> token) override {
+    return inner_->force_release(key, eviction, token);
   }
   bool watch(std::shared_ptr<backend::Events> events) override { return inner_->watch(std::move(events)); }
   void ping() override { inner_->ping(); }

@@ -121,7 +121,8 @@ class LocalBackend final : public backend::Backend, public backend::ActivityLedg
       e.expires = std::max(e.expires, now + r.ttl);
       return backend::Acquired{e.token, e.holds};
     }
-    return backend::Busy{store_->info(it->first, e, now), std::chrono::ceil<std::chrono::milliseconds>(e.expires - now)};
+    return backend::Busy{{store_->info(it->first, e, now)},
+                         std::chrono::ceil<std::chrono::milliseconds>(e.expires - now)};
   }
 
   bool renew(const backend::LeaseRef& lease, std::chrono::milliseconds ttl) override {
@@ -150,12 +151,12 @@ class LocalBackend final : public backend::Backend, public backend::ActivityLedg
     return e->holds;
   }
 
-  std::optional<LockInfo> inspect(std::string_view key) override {
+  std::vector<LockInfo> inspect(std::string_view key) override {
     std::lock_guard lock(store_->mutex);
     const auto now = Clock::now();
     const auto it = store_->entries.find(key);
-    if (it == store_->entries.end() || !store_->live(it->second, now)) return std::nullopt;
-    return store_->info(it->first, it->second, now);
+    if (it == store_->entries.end() || !store_->live(it->second, now)) return {};
+    return {store_->info(it->first, it->second, now)};
   }
 
   ListPage list(std::string_view prefix, std::string_view after, std::size_t limit) override {
@@ -179,16 +180,18 @@ class LocalBackend final : public backend::Backend, public backend::ActivityLedg
     return page;
   }
 
-  std::optional<LockInfo> force_release(std::string_view key, Eviction eviction) override {
+  std::vector<LockInfo> force_release(std::string_view key, Eviction eviction,
+                                      std::optional<std::uint64_t> token) override {
     std::vector<std::shared_ptr<backend::Events>> watchers;
-    std::optional<LockInfo> released;
+    std::vector<LockInfo> released;
     {
       std::lock_guard lock(store_->mutex);
       const auto now = Clock::now();
       const auto it = store_->entries.find(key);
-      if (it == store_->entries.end() || !store_->live(it->second, now)) return std::nullopt;
-      released = store_->info(it->first, it->second, now);
+      if (it == store_->entries.end() || !store_->live(it->second, now)) return {};
       Entry& e = it->second;
+      if (token && e.token != *token) return {};
+      released.push_back(store_->info(it->first, e, now));
       e.holds = 0;
       if (eviction == Eviction::delayed) {
         e.evicted = true;

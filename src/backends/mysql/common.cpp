@@ -230,24 +230,33 @@ ListPage ModeBackend::list_page(std::string_view prefix, std::string_view after,
   return page;
 }
 
-std::optional<LockInfo> ModeBackend::evict(std::string_view key, const std::string& inspect_sql,
-                                           const std::string& force_sql, const std::string& bell,
-                                           const std::function<void(Connection&, std::int64_t token)>& on_freed) {
+std::vector<LockInfo> ModeBackend::inspect_on(Connection& connection, std::string_view key,
+                                              const std::string& inspect_sql, const std::string& bell) {
+  const auto rows = with_retries(key, [&] {
+    return bell.empty() ? connection.query(inspect_sql, {key}) : connection.query(inspect_sql, {key, bell});
+  });
+  std::vector<LockInfo> holders;
+  for (const Row& row : rows) holders.push_back(info(std::string(key), row, 0));
+  return holders;
+}
+
+std::vector<LockInfo> ModeBackend::evict(
+    std::string_view key, std::optional<std::uint64_t> token, const std::string& inspect_sql,
+    const std::string& force_sql, const std::string& bell,
+    const std::function<void(Connection&, std::int64_t held_token)>& on_freed) {
   auto connection = take();
   for (int attempt = 0; attempt < 100; ++attempt) {
-    const auto rows = with_retries(key, [&] {
-      return bell.empty() ? connection->query(inspect_sql, {key}) : connection->query(inspect_sql, {key, bell});
-    });
-    if (rows.empty()) return std::nullopt;
-    LockInfo held = info(std::string(key), rows[0], 0);
-    const auto token = static_cast<std::int64_t>(held.token);
+    const auto holders = inspect_on(*connection, key, inspect_sql, bell);
+    if (holders.empty() || (token && holders.front().token != *token)) return {};
+    const LockInfo& held = holders.front();
+    const auto held_token = static_cast<std::int64_t>(held.token);
     const auto outcome = with_retries(key, [&] {
-      return bell.empty() ? connection->execute(force_sql, {key, held.owner, token})
-                          : connection->execute(force_sql, {key, held.owner, token, bell});
+      return bell.empty() ? connection->execute(force_sql, {key, held.owner, held_token})
+                          : connection->execute(force_sql, {key, held.owner, held_token, bell});
     });
     if (outcome.affected == 1) {
-      if (on_freed) on_freed(*connection, token);
-      return held;
+      if (on_freed) on_freed(*connection, held_token);
+      return {held};
     }
     // It changed hands meanwhile: look again.
   }

@@ -140,13 +140,18 @@ class ModeBackend : public backend::Backend, public backend::ActivityLedger {
   // key past the prefix when there is none. `keep`, if given, drops rows after the query.
   ListPage list_page(std::string_view prefix, std::string_view after, std::size_t limit, const std::string& bounded_sql,
                      const std::string& open_sql, const std::function<bool(Connection&, const Row&)>& keep = {});
-  // Force-release through `inspect_sql` (key[, bell]) and `force_sql` (key, owner, token[, bell]),
+  // The key's holders as `inspect_sql` (key[, bell]) reads them: its row's, if held.
+  std::vector<LockInfo> inspect_on(Connection& connection, std::string_view key,
+                                   const std::string& inspect_sql, const std::string& bell = {});
+  // Force-release of the holder (every mode keeps one per key), or only of the holder of
+  // `token`, through `inspect_sql` (as inspect_on) and `force_sql` (key, owner, token[, bell]),
   // retried while the key changes hands; `on_freed` runs after a successful eviction. A holder
   // already evicted counts as held, so `force_sql` must change (or, with CLIENT_FOUND_ROWS,
   // match) its row.
-  std::optional<LockInfo> evict(std::string_view key, const std::string& inspect_sql, const std::string& force_sql,
-                                const std::string& bell = {},
-                                const std::function<void(Connection&, std::int64_t token)>& on_freed = {});
+  std::vector<LockInfo> evict(std::string_view key, std::optional<std::uint64_t> token,
+                              const std::string& inspect_sql, const std::string& force_sql,
+                              const std::string& bell = {},
+                              const std::function<void(Connection&, std::int64_t held_token)>& on_freed = {});
   // Runs `body` in one transaction on `connection`, rolled back when it throws.
   template <class F>
   auto in_transaction(Connection& connection, F&& body) -> decltype(body()) {

@@ -306,19 +306,17 @@ class LeaseBackend final : public ModeBackend {
     return std::nullopt;
   }
 
-  std::optional<LockInfo> inspect(std::string_view key) override {
-    auto connection = take();
-    const auto rows = with_retries(key, [&] { return connection->query(sql_.inspect, {key}); });
-    if (rows.empty()) return std::nullopt;
-    return info(std::string(key), rows[0], 0);
+  std::vector<LockInfo> inspect(std::string_view key) override {
+    return inspect_on(*take(), key, sql_.inspect);
   }
 
   ListPage list(std::string_view prefix, std::string_view after, std::size_t limit) override {
     return list_page(prefix, after, limit, sql_.list_bounded, sql_.list_open);
   }
 
-  std::optional<LockInfo> force_release(std::string_view key, Eviction eviction) override {
-    return evict(key, sql_.inspect, eviction == Eviction::delayed ? sql_.evict : sql_.force_release);
+  std::vector<LockInfo> force_release(std::string_view key, Eviction eviction,
+                                      std::optional<std::uint64_t> token) override {
+    return evict(key, token, sql_.inspect, eviction == Eviction::delayed ? sql_.evict : sql_.force_release);
   }
 
   std::size_t collect_idle() override {
@@ -364,9 +362,9 @@ class LeaseBackend final : public ModeBackend {
     const Row& row = rows[0];
     LockInfo holder = info(std::string(request.key), row, 0);
     // Free, but a woken waiter holds the doorbell and is taking it over right now.
-    if (holder.owner.empty()) return backend::Busy{std::nullopt, kHandoffRecheck};
+    if (holder.owner.empty()) return backend::Busy{{}, kHandoffRecheck};
     const auto left = holder.ttl_left;
-    return backend::Busy{std::move(holder), left};
+    return backend::Busy{{std::move(holder)}, left};
   }
 
   // The acquisition an acquire statement made, if any, read from its affected rows.

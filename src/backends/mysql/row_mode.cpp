@@ -145,7 +145,9 @@ class RowBackend final : public ModeBackend {
     // be the lost attempt's, or another call's of the same owner, which the row cannot tell.
     channel->reconnect();
     auto result = attempt_on(channel->connection(), request, channel);
-    if (const auto* busy = std::get_if<backend::Busy>(&result); busy && busy->holder && busy->holder->owner == request.owner) {
+    const auto* busy = std::get_if<backend::Busy>(&result);
+    if (busy && std::any_of(busy->holders.begin(), busy->holders.end(),
+                            [&](const LockInfo& holder) { return holder.owner == request.owner; })) {
       throw OutcomeUnknownError("the connection to " + settings_.connect.redacted_url +
                                     " broke before the answer came, and the row is now this owner's: the lost attempt"
                                     " may have taken it (inspect gives the token to release it with; it frees when"
@@ -184,21 +186,19 @@ class RowBackend final : public ModeBackend {
     return std::nullopt;
   }
 
-  std::optional<LockInfo> inspect(std::string_view key) override {
-    if (!key_fits(key)) return std::nullopt;
-    auto connection = take();
-    const auto rows = with_retries(key, [&] { return connection->query(sql_.inspect, {key}); });
-    if (rows.empty()) return std::nullopt;
-    return info(std::string(key), rows[0], 0);
+  std::vector<LockInfo> inspect(std::string_view key) override {
+    if (!key_fits(key)) return {};
+    return inspect_on(*take(), key, sql_.inspect);
   }
 
   ListPage list(std::string_view prefix, std::string_view after, std::size_t limit) override {
     return list_page(prefix, after, limit, sql_.list_bounded, sql_.list_open);
   }
 
-  std::optional<LockInfo> force_release(std::string_view key, Eviction eviction) override {
-    if (!key_fits(key)) return std::nullopt;
-    return evict(key, sql_.inspect, eviction == Eviction::delayed ? sql_.evict : sql_.force_release);
+  std::vector<LockInfo> force_release(std::string_view key, Eviction eviction,
+                                      std::optional<std::uint64_t> token) override {
+    if (!key_fits(key)) return {};
+    return evict(key, token, sql_.inspect, eviction == Eviction::delayed ? sql_.evict : sql_.force_release);
   }
 
  private:
@@ -235,9 +235,11 @@ class RowBackend final : public ModeBackend {
     }
     LockInfo holder = info(std::string(request.key), rows[0], 0);
     // Freed between the two statements: try again at once.
-    if (holder.owner.empty() || holder.ttl_left.count() == 0) return backend::Busy{std::nullopt, std::chrono::milliseconds(1)};
+    if (holder.owner.empty() || holder.ttl_left.count() == 0) {
+      return backend::Busy{{}, std::chrono::milliseconds(1)};
+    }
     const auto left = holder.ttl_left;
-    return backend::Busy{std::move(holder), left};
+    return backend::Busy{{std::move(holder)}, left};
   }
 
   // Why `key` is not a row's id of its own, for keys the id column would take for another's

@@ -189,18 +189,18 @@ class SessionBackend final : public ModeBackend {
       }
       LockInfo holder = info(std::string(request.key), rows[0], 0);
       const auto left = holder.ttl_left;
-      return backend::Busy{std::move(holder), left};
+      return backend::Busy{{std::move(holder)}, left};
     }
     if (!live) {
       // Its holder has the lock but has not written the row yet (a woken waiter taking over).
-      return backend::Busy{std::nullopt, kHandoffRecheck};
+      return backend::Busy{{}, kHandoffRecheck};
     }
     LockInfo holder = info(std::string(request.key), rows[0], 0);
     if (holder.evicted) {
       // Evicted, its lease over, and its connection still holds the lock: end it. Waiters get
       // the lock from the server once the session is gone.
       kill_session(*connection, request.key, to_u64(rows[0][8]));
-      return backend::Busy{std::move(holder), kHandoffRecheck};
+      return backend::Busy{{std::move(holder)}, kHandoffRecheck};
     }
     if (holder.owner == request.owner) {
       const auto token = static_cast<std::int64_t>(holder.token);
@@ -210,7 +210,7 @@ class SessionBackend final : public ModeBackend {
       if (again.affected == 1) return backend::Acquired{holder.token, static_cast<std::uint32_t>(again.insert_id)};
     }
     const auto left = holder.ttl_left;
-    return backend::Busy{std::move(holder), left};
+    return backend::Busy{{std::move(holder)}, left};
   }
 
   bool renew(const backend::LeaseRef& lease, std::chrono::milliseconds ttl) override {
@@ -250,12 +250,8 @@ class SessionBackend final : public ModeBackend {
     return 0u;
   }
 
-  std::optional<LockInfo> inspect(std::string_view key) override {
-    const std::string bell = bell_name(key);
-    auto connection = take();
-    const auto rows = with_retries(key, [&] { return connection->query(sql_.inspect, {key, bell}); });
-    if (rows.empty()) return std::nullopt;
-    return info(std::string(key), rows[0], 0);
+  std::vector<LockInfo> inspect(std::string_view key) override {
+    return inspect_on(*take(), key, sql_.inspect, bell_name(key));
   }
 
   ListPage list(std::string_view prefix, std::string_view after, std::size_t limit) override {
@@ -267,14 +263,16 @@ class SessionBackend final : public ModeBackend {
     });
   }
 
-  std::optional<LockInfo> force_release(std::string_view key, Eviction eviction) override {
+  std::vector<LockInfo> force_release(std::string_view key, Eviction eviction,
+                                      std::optional<std::uint64_t> token) override {
     const std::string bell = bell_name(key);
     // With a lock delay the holder's connection keeps the lock (waiters sleep on it) until its
     // release; at once, it is ended.
-    if (eviction == Eviction::delayed) return evict(key, sql_.inspect, sql_.evict, bell);
-    return evict(key, sql_.inspect, sql_.force_release, bell, [&](Connection& connection, std::int64_t token) {
-      end_orphaned_session(connection, key, token, bell);
-    });
+    if (eviction == Eviction::delayed) return evict(key, token, sql_.inspect, sql_.evict, bell);
+    return evict(key, token, sql_.inspect, sql_.force_release, bell,
+                 [&](Connection& connection, std::int64_t held) {
+                   end_orphaned_session(connection, key, held, bell);
+                 });
   }
 
   std::size_t collect_idle() override {

@@ -84,25 +84,28 @@ class RedisBackend final : public backend::Backend, public backend::ActivityLedg
     return static_cast<std::uint32_t>(left);
   }
 
-  std::optional<LockInfo> inspect(std::string_view key) override {
+  std::vector<LockInfo> inspect(std::string_view key) override {
     const LockKeys keys = lock_keys(key);
     auto connection = take(key);
     const Reply reply = run(*connection, kInspect, {keys.lock, keys.queue}, {}, key, false);
-    if (is_nil(reply.get())) return std::nullopt;
-    return lock_info(std::string(key), reply->element[0], reply->element[1], reply->element[2], reply->element[3],
-                     reply->element[4], reply->element[5]);
+    if (is_nil(reply.get())) return {};
+    return {lock_info(std::string(key), reply->element[0], reply->element[1], reply->element[2],
+                      reply->element[3], reply->element[4], reply->element[5])};
   }
 
   ListPage list(std::string_view prefix, std::string_view after, std::size_t limit) override;
 
-  std::optional<LockInfo> force_release(std::string_view key, Eviction eviction) override {
+  std::vector<LockInfo> force_release(std::string_view key, Eviction eviction,
+                                      std::optional<std::uint64_t> token) override {
     const LockKeys keys = lock_keys(key);
     const std::string_view delayed = eviction == Eviction::delayed ? "1" : "0";
+    const std::string holder_token = token ? std::to_string(*token) : std::string();
     auto connection = take(key);
-    const Reply reply = run(*connection, kForceRelease, keys.all(), {key, delayed, store_.evicted}, key);
-    if (is_nil(reply.get())) return std::nullopt;
-    return lock_info(std::string(key), reply->element[0], reply->element[1], reply->element[2], reply->element[3],
-                     reply->element[4]);
+    const Reply reply =
+        run(*connection, kForceRelease, keys.all(), {key, delayed, store_.evicted, holder_token}, key);
+    if (is_nil(reply.get())) return {};
+    return {lock_info(std::string(key), reply->element[0], reply->element[1], reply->element[2],
+                      reply->element[3], reply->element[4])};
   }
 
   bool watch(std::shared_ptr<backend::Events> events) override {
@@ -269,7 +272,7 @@ backend::AcquireResult RedisBackend::acquire(const backend::AcquireRequest& requ
   if (integer(e[0]) == 1) return backend::Acquired{u64(e[1]), static_cast<std::uint32_t>(u64(e[2]))};
   LockInfo holder = lock_info(std::string(request.key), e[1], e[2], e[3], e[4], e[6]);
   const auto left = holder.ttl_left;
-  return backend::Busy{std::move(holder), left};
+  return backend::Busy{{std::move(holder)}, left};
 }
 
 backend::AcquireResult WaitChannel::attempt() {
@@ -297,7 +300,7 @@ backend::AcquireResult WaitChannel::attempt() {
   LockInfo holder = lock_info(key_, e[1], e[2], e[3], e[4], e[6]);
   holder_until_ = sent + holder.ttl_left;
   const auto left = holder.ttl_left;
-  return backend::Busy{std::move(holder), left};
+  return backend::Busy{{std::move(holder)}, left};
 }
 
 bool WaitChannel::wait(Clock::time_point deadline) {

@@ -22,6 +22,7 @@
 #include <algorithm>
 #include <atomic>
 #include <functional>
+#include <iterator>
 #include <map>
 #include <random>
 
@@ -84,9 +85,10 @@ class RedlockBackend final : public backend::Backend {
   backend::AcquireResult acquire(const backend::AcquireRequest& request) override;
   bool renew(const backend::LeaseRef& lease, milliseconds ttl) override;
   std::optional<std::uint32_t> release(const backend::LeaseRef& lease) override;
-  std::optional<LockInfo> inspect(std::string_view key) override;
+  std::vector<LockInfo> inspect(std::string_view key) override;
   ListPage list(std::string_view prefix, std::string_view after, std::size_t limit) override;
-  std::optional<LockInfo> force_release(std::string_view key, Eviction eviction) override;
+  std::vector<LockInfo> force_release(std::string_view key, Eviction eviction,
+                                      std::optional<std::uint64_t> token) override;
   bool watch(std::shared_ptr<backend::Events> events) override;
   std::unique_ptr<backend::Waiter> waiter(const backend::AcquireRequest& request) override;
   void ping() override;
@@ -102,9 +104,9 @@ class RedlockBackend final : public backend::Backend {
   std::optional<backend::Acquired> settle(const backend::AcquireRequest& request, const Keys& keys,
                                           std::vector<Grant>& grants, Clock::time_point sent);
   void undo(const backend::AcquireRequest& request, const Keys& keys, const std::vector<Grant>& grants);
-  // The holder a majority of `seen` (one entry per server) agrees on, if any; with `any`, the
+  // The holder a majority of `seen` (one entry per server) agrees on, or none; with `any`, the
   // owner seen most when none has a majority.
-  std::optional<LockInfo> agreed(const std::vector<LockInfo>& seen, bool any = false) const;
+  std::vector<LockInfo> agreed(const std::vector<LockInfo>& seen, bool any = false) const;
   // The answer to an attempt that found the key held on the servers that answered.
   backend::Busy contended(const std::vector<LockInfo>& seen, std::size_t answered, milliseconds ttl) const;
   [[noreturn]] void no_majority(const std::vector<Answer>& answers, std::string_view key,
@@ -126,14 +128,14 @@ class RedlockBackend final : public backend::Backend {
 RedlockBackend::RedlockBackend(Settings settings)
     : settings_(std::move(settings)), servers_(settings_.servers) {}
 
-std::optional<LockInfo> RedlockBackend::agreed(const std::vector<LockInfo>& seen, bool any) const {
+std::vector<LockInfo> RedlockBackend::agreed(const std::vector<LockInfo>& seen, bool any) const {
   std::map<std::string_view, std::vector<const LockInfo*>> by_owner;
   for (const auto& info : seen) by_owner[info.owner].push_back(&info);
   const std::vector<const LockInfo*>* top = nullptr;
   for (const auto& [owner, infos] : by_owner) {
     if (!top || infos.size() > top->size()) top = &infos;
   }
-  if (!top || (top->size() < quorum_ && !any)) return std::nullopt;
+  if (!top || (top->size() < quorum_ && !any)) return {};
   std::vector<const LockInfo*> infos = *top;
   // Longest lease first: the lock stays held by a majority until the quorum-th of them ends.
   std::sort(infos.begin(), infos.end(), [](const LockInfo* a, const LockInfo* b) { return a->ttl_left > b->ttl_left; });
@@ -148,7 +150,7 @@ std::optional<LockInfo> RedlockBackend::agreed(const std::vector<LockInfo>& seen
   // Evicted once it is live on fewer than a majority: no renewal of it can succeed any more.
   info.evicted = live < infos.size() && live < quorum_;
   if (info.evicted) info.hold_count = 0;
-  return info;
+  return {info};
 }
 
 backend::Busy RedlockBackend::contended(const std::vector<LockInfo>& seen, std::size_t answered, milliseconds ttl) const {
@@ -158,13 +160,13 @@ backend::Busy RedlockBackend::contended(const std::vector<LockInfo>& seen, std::
   const bool one_holder =
       std::all_of(seen.begin(), seen.end(), [&](const LockInfo& i) { return i.owner == seen.front().owner; });
   if (one_holder && seen.size() == answered && seen.size() >= quorum_) {
-    LockInfo holder = *agreed(seen);
-    const auto left = holder.ttl_left;
-    return {std::move(holder), left};
+    auto holders = agreed(seen);
+    const auto left = holders.front().ttl_left;
+    return {std::move(holders), left};
   }
-  auto holder = agreed(seen, true);
-  const auto retry = std::min(holder ? holder->ttl_left : milliseconds::max(), backoff(ttl));
-  return {std::move(holder), retry};
+  auto holders = agreed(seen, true);
+  const auto retry = std::min(holders.empty() ? milliseconds::max() : holders.front().ttl_left, backoff(ttl));
+  return {std::move(holders), retry};
 }
 
 backend::AcquireResult RedlockBackend::acquire(const backend::AcquireRequest& request) {
@@ -288,7 +290,7 @@ std::optional<std::uint32_t> RedlockBackend::release(const backend::LeaseRef& le
   no_majority(answers, lease.key, "cannot release");
 }
 
-std::optional<LockInfo> RedlockBackend::inspect(std::string_view key) {
+std::vector<LockInfo> RedlockBackend::inspect(std::string_view key) {
   const Keys keys = this->keys(key);
   const auto answers = round({kInspect, {keys.lock.lock, keys.lock.queue}, everyone({})}, settings_.command_timeout);
   if (answered(answers) < quorum_) no_majority(answers, key, "cannot inspect");
@@ -301,11 +303,14 @@ std::optional<LockInfo> RedlockBackend::inspect(std::string_view key) {
   return agreed(seen);
 }
 
-std::optional<LockInfo> RedlockBackend::force_release(std::string_view key, Eviction eviction) {
+std::vector<LockInfo> RedlockBackend::force_release(std::string_view key, Eviction eviction,
+                                                    std::optional<std::uint64_t> token) {
   const Keys keys = this->keys(key);
   const std::string_view delayed = eviction == Eviction::delayed ? "1" : "0";
-  const auto answers = round({kForceRelease, keys.with_bell(), everyone({key, alive_ms_, delayed, store_.evicted})},
-                             settings_.command_timeout);
+  const std::string holder_token = token ? std::to_string(*token) : std::string();
+  const auto answers = round(
+      {kForceRelease, keys.with_bell(), everyone({key, alive_ms_, delayed, store_.evicted, holder_token})},
+      settings_.command_timeout);
   std::vector<LockInfo> seen;
   for (const auto& a : answers) {
     if (!a.ok() || is_nil(a.reply.get())) continue;
@@ -361,13 +366,13 @@ ListPage RedlockBackend::list(std::string_view prefix, std::string_view after, s
   ListPage page;
   for (const auto& [key, infos] : seen) {
     if (looked_to && key > *looked_to) break;
-    auto holder = agreed(infos);
-    if (!holder) continue;
+    auto holders = agreed(infos);
+    if (holders.empty()) continue;
     if (page.locks.size() == page_max) {
       page.next_after = page.locks.back().key;
       return page;
     }
-    page.locks.push_back(std::move(*holder));
+    std::move(holders.begin(), holders.end(), std::back_inserter(page.locks));
   }
   if (looked_to) page.next_after = *looked_to;
   return page;

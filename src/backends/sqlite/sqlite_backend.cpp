@@ -111,20 +111,22 @@ RETURNING hold_count)sql",
 UPDATE dlock_locks SET owner = '', expires_at = 0
 WHERE name = ?1 AND owner = ?2 AND token = ?3 AND hold_count = 0 AND expires_at > (SELECT now FROM t)
 RETURNING 1)sql",
+    // inspect: the holder; with ?2, only if it holds that token (force_release's filter).
     R"sql(WITH t(now) AS MATERIALIZED (SELECT dlock_now_us())
 SELECT owner, token, hold_count, expires_at - t.now, t.now - acquired_at FROM dlock_locks, t
-WHERE name = ?1 AND owner <> '' AND expires_at > t.now)sql",
+WHERE name = ?1 AND owner <> '' AND expires_at > t.now AND token = coalesce(?2, token))sql",
     // list: ?1 is the lower bound (prefix or after), ?2 the `after` key itself (exclusive),
     // ?3 the first string past the prefix (a BLOB, which sorts after all text, when none).
     R"sql(WITH t(now) AS MATERIALIZED (SELECT dlock_now_us())
 SELECT name, owner, token, hold_count, expires_at - t.now, t.now - acquired_at FROM dlock_locks, t
 WHERE name >= ?1 AND name < ?3 AND name <> ?2 AND owner <> '' AND expires_at > t.now
 ORDER BY name LIMIT ?4)sql",
-    // force_release, immediate: deletes the row. DELETE ... RETURNING reports the evicted
-    // holder in one statement, and the trigger keeps its token as the floor for the key's next
-    // row.
+    // force_release, immediate: deletes the row (with ?2, only the holder of that token).
+    // DELETE ... RETURNING reports the evicted holder in one statement, and the trigger keeps
+    // its token as the floor for the key's next row.
     R"sql(WITH t(now) AS MATERIALIZED (SELECT dlock_now_us())
 DELETE FROM dlock_locks WHERE name = ?1 AND owner <> '' AND expires_at > (SELECT now FROM t)
+  AND token = coalesce(?2, token)
 RETURNING owner, token, hold_count, expires_at - (SELECT now FROM t), (SELECT now FROM t) - acquired_at)sql",
     // force_release, delayed (after kInspect found the holder, in the same transaction): the
     // holder stays with its token and expiry, and hold_count 0 marks it evicted.
@@ -221,7 +223,7 @@ class SqliteBackend final : public backend::Backend, public backend::ActivityLed
       } else {
         LockInfo holder = row_info(query, std::string(request.key), 0);
         const auto left = holder.ttl_left;
-        result = backend::Busy{std::move(holder), left};
+        result = backend::Busy{{std::move(holder)}, left};
       }
     });
     if (!found) throw BackendError("acquire returned no row from " + path_, kName, std::string(request.key));
@@ -251,13 +253,13 @@ class SqliteBackend final : public backend::Backend, public backend::ActivityLed
     return left;
   }
 
-  std::optional<LockInfo> inspect(std::string_view key) override {
+  std::vector<LockInfo> inspect(std::string_view key) override {
     Borrowed connection(*this);
     Query query(*connection, kInspect, key);
     query.bind(1, key);
-    std::optional<LockInfo> info;
-    query.one_row([&] { info = row_info(query, std::string(key), 0); });
-    return info;
+    std::vector<LockInfo> holders;
+    query.one_row([&] { holders.push_back(row_info(query, std::string(key), 0)); });
+    return holders;
   }
 
   ListPage list(std::string_view prefix, std::string_view after, std::size_t limit) override {
@@ -288,8 +290,9 @@ class SqliteBackend final : public backend::Backend, public backend::ActivityLed
     return page;
   }
 
-  std::optional<LockInfo> force_release(std::string_view key, Eviction eviction) override {
-    std::optional<LockInfo> released;
+  std::vector<LockInfo> force_release(std::string_view key, Eviction eviction,
+                                      std::optional<std::uint64_t> token) override {
+    std::vector<LockInfo> released;
     {
       Borrowed connection(*this);
       ensure_table(*connection, evictions_table_ready_, kEvictionsSchema);
@@ -298,15 +301,16 @@ class SqliteBackend final : public backend::Backend, public backend::ActivityLed
         // The holder as it was (an already evicted one counts as held); immediate deletes it.
         Query query(*connection, eviction == Eviction::immediate ? kForceRelease : kInspect, key);
         query.bind(1, key);
-        query.one_row([&] { released = row_info(query, std::string(key), 0); });
+        if (token) query.bind(2, static_cast<std::int64_t>(*token));
+        query.one_row([&] { released.push_back(row_info(query, std::string(key), 0)); });
       }
-      if (released) {
+      if (!released.empty()) {
         if (eviction == Eviction::delayed) Query(*connection, kEvict, key).bind(1, key).run();
         Query(*connection, kRecordEviction, key).bind(1, key).run();
       }
       connection->exec("COMMIT");
     }
-    if (!released) return released;
+    if (released.empty()) return released;
     if (eviction == Eviction::immediate) board_->ring(key);  // committed: the key is free
     board_->announce_eviction();
     return released;

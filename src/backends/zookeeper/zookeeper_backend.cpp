@@ -200,15 +200,15 @@ class ZooKeeperBackend final : public backend::Backend {
                        true);
   }
 
-  std::optional<LockInfo> inspect(std::string_view key) override {
+  std::vector<LockInfo> inspect(std::string_view key) override {
     auto s = session();
     for (;;) {
       auto names = s->children(key_path(key));
-      if (names.rc() == ZNONODE) return std::nullopt;
+      if (names.rc() == ZNONODE) return {};
       check(names.rc(), "inspect", key);
       const auto queue = queue_of(names.value());
-      if (queue.empty()) return std::nullopt;
-      if (auto info = holder(*s, key, queue)) return info;
+      if (queue.empty()) return {};
+      if (auto info = holder(*s, key, queue)) return {std::move(*info)};
     }
   }
 
@@ -249,14 +249,15 @@ class ZooKeeperBackend final : public backend::Backend {
     return page;
   }
 
-  std::optional<LockInfo> force_release(std::string_view key, Eviction eviction) override {
+  std::vector<LockInfo> force_release(std::string_view key, Eviction eviction,
+                                      std::optional<std::uint64_t> token) override {
     auto s = session();
     for (int attempt = 0; attempt < 100; ++attempt) {
       auto names = s->children(key_path(key));
-      if (names.rc() == ZNONODE) return std::nullopt;
+      if (names.rc() == ZNONODE) return {};
       check(names.rc(), "force-release", key);
       const auto queue = queue_of(names.value());
-      if (queue.empty()) return std::nullopt;
+      if (queue.empty()) return {};
       const std::string path = key_path(key) + "/" + queue.front().name;
       auto reply = s->get(path);
       if (reply.rc() == ZNONODE) continue;
@@ -264,6 +265,7 @@ class ZooKeeperBackend final : public backend::Backend {
       const auto data = from_data(reply.value().data);
       if (!data) continue;
       LockInfo info = to_info(key, reply.value().stat, *data, queue.size() - 1);
+      if (token && info.token != *token) return {};  // the holder, the first node, has another
       int rc = ZOK;
       if (eviction == Eviction::immediate) {
         rc = s->remove(path, -1).rc();
@@ -274,7 +276,7 @@ class ZooKeeperBackend final : public backend::Backend {
       }
       if (rc == ZNONODE || rc == ZBADVERSION) continue;  // it changed hands meanwhile
       check(rc, "force-release", key);
-      return info;
+      return {std::move(info)};
     }
     throw BackendError("'" + std::string(key) + "' kept changing hands during force-release", kName, std::string(key),
                        true);
@@ -419,7 +421,7 @@ class ZooKeeperBackend final : public backend::Backend {
         drop(s, look.node, request.key);
         look.node.clear();
       }
-      return wake ? std::optional<backend::AcquireResult>(backend::Busy{std::nullopt, milliseconds(0)}) : std::nullopt;
+      return wake ? std::optional<backend::AcquireResult>(backend::Busy{{}, milliseconds(0)}) : std::nullopt;
     }
     check(rc, "acquire", request.key);
     const auto data = from_data(holder_reply->value().data);
@@ -441,12 +443,12 @@ class ZooKeeperBackend final : public backend::Backend {
       drop(s, look.node, request.key);
       look.node.clear();
     }
-    if (!data) return backend::Busy{std::nullopt, milliseconds(0)};
+    if (!data) return backend::Busy{{}, milliseconds(0)};
     LockInfo info = to_info(request.key, holder_reply->value().stat, *data, look.queue.size() - 1);
     // Its node goes when it releases or its session ends, and the watch fires; the core's
     // bound on the wait is only a fallback.
     const auto retry = std::max(data->session_timeout, milliseconds(1000));
-    return backend::Busy{std::move(info), retry};
+    return backend::Busy{{std::move(info)}, retry};
   }
 
   // Removes a node the caller no longer wants; if the ensemble cannot be told, the session's

@@ -17,6 +17,7 @@
 
 #include "dlock/client.hpp"
 #include "dlock/errors.hpp"
+#include "support/holders.hpp"
 #include "support/mysql_rows.hpp"
 #include "support/server_test.hpp"
 
@@ -24,6 +25,7 @@ namespace dlock {
 namespace {
 
 using namespace std::chrono_literals;
+using test::sole_holder;
 using Clock = std::chrono::steady_clock;
 using test::eventually;
 using test::ms;
@@ -82,7 +84,7 @@ TEST_F(MysqlEviction, SessionModeKeyStaysClosedWhenTheEvictedHoldersConnectionEn
   auto second_waiter = wait(second);
   ASSERT_TRUE(eventually([&] { return sessions_in_get_lock() == 2; }, 10s)) << "the waiters never slept on the lock";
 
-  const auto evicted = admin.force_release("k");
+  const auto evicted = sole_holder(admin.force_release("k"));
   ASSERT_TRUE(evicted);
   const std::string session = column("session_id");
   test::run_statement(url_, "KILL CONNECTION " + session);
@@ -90,10 +92,11 @@ TEST_F(MysqlEviction, SessionModeKeyStaysClosedWhenTheEvictedHoldersConnectionEn
   ASSERT_TRUE(eventually([&] { return sessions_in_get_lock() == 1; }, 10s));
   Attempt meanwhile = admin.try_acquire("k");
   EXPECT_FALSE(meanwhile) << "the key opened when the evicted holder's connection ended";
-  ASSERT_TRUE(meanwhile.holder());
-  EXPECT_TRUE(meanwhile.holder()->evicted);
-  EXPECT_EQ(meanwhile.holder()->token, lease.token());
-  const auto seen = admin.inspect("k");
+  const auto named = sole_holder(meanwhile.holders());
+  ASSERT_TRUE(named);
+  EXPECT_TRUE(named->evicted);
+  EXPECT_EQ(named->token, lease.token());
+  const auto seen = sole_holder(admin.inspect("k"));
   ASSERT_TRUE(seen);
   EXPECT_TRUE(seen->evicted);
   EXPECT_EQ(admin.list().locks.size(), 1u) << "list lost the evicted holder whose connection ended";
@@ -122,7 +125,7 @@ TEST_F(MysqlEviction, SessionModeEvictedHolderPastItsLeaseIsEnded) {
   const std::string url = table_url("session");
   Client holder = Client::open(url), admin = Client::open(url);
   Lease lease = holder.acquire("k", {.ttl = 1500ms});
-  const auto evicted = admin.force_release("k");
+  const auto evicted = sole_holder(admin.force_release("k"));
   ASSERT_TRUE(evicted);
   const auto forced = Clock::now();
   Attempt next = admin.try_acquire_for("k", 20s);
@@ -130,7 +133,7 @@ TEST_F(MysqlEviction, SessionModeEvictedHolderPastItsLeaseIsEnded) {
   EXPECT_GE(ms(Clock::now() - forced), evicted->ttl_left.count() - 50) << "taken before the evicted lease's end";
   EXPECT_GT(next.lease().token(), lease.token());
   EXPECT_THROW(lease.release(), LockLostError);
-  const auto seen = admin.inspect("k");
+  const auto seen = sole_holder(admin.inspect("k"));
   ASSERT_TRUE(seen) << "the late release of the evicted holder freed the next holder's key";
   EXPECT_EQ(seen->token, next.lease().token());
   next.lease().release();
@@ -144,7 +147,7 @@ TEST_F(MysqlEviction, LeaseModeEvictedHoldersReleaseHandsTheKeyToTheHeir) {
   Lease lease = holder.acquire("k", {.ttl = 30s});
   auto waited = std::async(std::launch::async, [&] { return waiter.try_acquire_for("k", 30s); });
   ASSERT_TRUE(eventually([&] { return column("heir_owner") != ""; }, 10s)) << "the waiter never became the heir";
-  ASSERT_TRUE(admin.force_release("k"));
+  ASSERT_FALSE(admin.force_release("k").empty());
   EXPECT_EQ(column("hold_count"), "0");
   EXPECT_EQ(column("owner"), lease.owner());
 
@@ -153,13 +156,13 @@ TEST_F(MysqlEviction, LeaseModeEvictedHoldersReleaseHandsTheKeyToTheHeir) {
   Attempt next = waited.get();
   ASSERT_TRUE(next);
   EXPECT_EQ(next.lease().token(), lease.token() + 1) << "not a handover";
-  const auto seen = admin.inspect("k");
+  const auto seen = sole_holder(admin.inspect("k"));
   ASSERT_TRUE(seen);
   EXPECT_EQ(seen->owner, next.lease().owner());
   EXPECT_EQ(seen->hold_count, 1u);
   EXPECT_FALSE(seen->evicted);
   next.lease().release();
-  EXPECT_FALSE(admin.inspect("k"));
+  EXPECT_TRUE(admin.inspect("k").empty());
 }
 
 // Row mode keeps an eviction in the user's own columns: owner, version and expiry stay, the
@@ -171,7 +174,7 @@ TEST_F(MysqlEviction, RowModeEvictionIsKeptInTheLockColumns) {
   Client holder = Client::open(url), admin = Client::open(url);
   Lease lease = holder.acquire("k", {.ttl = 30s});
   const std::string expiry = column("lock_expire_time", "id");
-  ASSERT_TRUE(admin.force_release("k"));
+  ASSERT_FALSE(admin.force_release("k").empty());
   EXPECT_EQ(column("lock_owner", "id"), lease.owner());
   EXPECT_EQ(column("version", "id"), std::to_string(lease.token()));
   EXPECT_EQ(column("lock_holds", "id"), "0");

@@ -36,6 +36,7 @@
 #include "core/stable_hash.hpp"
 #include "dlock/client.hpp"
 #include "dlock/errors.hpp"
+#include "support/holders.hpp"
 #include "support/mysql_rows.hpp"
 #include "support/server_test.hpp"
 
@@ -44,6 +45,7 @@ namespace dlock {
 namespace {
 
 using namespace std::chrono_literals;
+using test::sole_holder;
 using Clock = std::chrono::steady_clock;
 
 using test::env;
@@ -352,11 +354,12 @@ void MysqlFault::restart_while_held(const std::string& url) {
                                           [&] { return other.try_acquire("k", LockOptions{.ttl = 5s}); });
   EXPECT_FALSE(attempt) << "another client took a key whose lease survived the restart";
   if (!attempt) {
-    ASSERT_TRUE(attempt.holder());
-    EXPECT_EQ(attempt.holder()->token, token);
-    EXPECT_EQ(attempt.holder()->owner, lease.owner());
+    const auto named = sole_holder(attempt.holders());
+    ASSERT_TRUE(named);
+    EXPECT_EQ(named->token, token);
+    EXPECT_EQ(named->owner, lease.owner());
   }
-  const auto seen = other.inspect("k");
+  const auto seen = sole_holder(other.inspect("k"));
   ASSERT_TRUE(seen) << "inspect found the key free after the restart";
   EXPECT_EQ(seen->token, token);
   EXPECT_EQ(seen->owner, lease.owner());
@@ -367,13 +370,13 @@ void MysqlFault::restart_while_held(const std::string& url) {
       << "no renewal succeeded after the restart";
   EXPECT_TRUE(lease.held());
   EXPECT_FALSE(loss_reported.load()) << loss_message;
-  const auto after = other.inspect("k");
+  const auto after = sole_holder(other.inspect("k"));
   ASSERT_TRUE(after);
   EXPECT_EQ(after->token, token);
   EXPECT_GT(after->ttl_left, ttl - ttl / 3 - 2s) << "the server's expiry did not move with the renewal";
 
   EXPECT_NO_THROW(lease.release());
-  EXPECT_FALSE(other.inspect("k")) << "the key is still held after release";
+  EXPECT_TRUE(other.inspect("k").empty()) << "the key is still held after release";
   Attempt next = other.try_acquire("k", LockOptions{.ttl = 5s});
   ASSERT_TRUE(next) << "the key could not be taken after the release";
   EXPECT_GT(next.lease().token(), token);
@@ -493,8 +496,9 @@ void MysqlFault::killed_connection(const std::string& url) {
       << "expected the holder's session, and the waiter's if it still waits";
 
   // At once, on the holder's client, before the renewal thread has met the dead connection.
-  std::optional<LockInfo> seen = first_call_after_drop("inspect on a client whose idle connection was killed",
-                                                       [&] { return holder_client.inspect("k"); });
+  std::optional<LockInfo> seen =
+      first_call_after_drop("inspect on a client whose idle connection was killed",
+                            [&] { return sole_holder(holder_client.inspect("k")); });
   ASSERT_TRUE(seen) << "the key is free after the KILL";
   EXPECT_EQ(seen->token, token);
 
@@ -539,7 +543,7 @@ void MysqlFault::killed_connection(const std::string& url) {
   // session backs off until the holder's lease end, which the release cut short.
   EXPECT_LT(waited, ttl + 2s) << "the waiter took " << ms(waited) << " ms to notice the release";
   std::fprintf(stderr, "the waiter had the key %lld ms after release\n", ms(waited));
-  const auto left = holder_client.inspect("k");
+  const auto left = sole_holder(holder_client.inspect("k"));
   EXPECT_FALSE(left) << "still held by " << left->owner << " (token " << left->token << ", " << left->hold_count
                      << " holds; the holder's token was " << token << ", the waiter's " << result.token << ")";
 }
@@ -764,11 +768,11 @@ TEST_F(MysqlFault, MissingPrivileges) {
   try {
     Client client = Client::open(dml_url);
     Lease lease = client.acquire("k", LockOptions{.ttl = 10s});
-    const auto seen = client.inspect("k");
+    const auto seen = sole_holder(client.inspect("k"));
     ASSERT_TRUE(seen);
     EXPECT_EQ(seen->token, lease.token());
     lease.release();
-    EXPECT_FALSE(client.inspect("k"));
+    EXPECT_TRUE(client.inspect("k").empty());
   } catch (const std::exception& e) {
     FAIL() << "the DML user failed on the table an admin created: " << e.what();
   }
@@ -817,7 +821,7 @@ TEST_F(MysqlFault, TableOfAnEarlierVersionNamesTheAlterTable) {
 std::string refused_key(Client& client, const std::string& key) {
   try {
     Attempt attempt = client.try_acquire(key, LockOptions{.ttl = 10s});
-    return attempt ? "acquired" : "held by " + attempt.holder()->owner;
+    return attempt ? "acquired" : "held by " + sole_holder(attempt.holders())->owner;
   } catch (const InvalidArgument& e) {
     return e.what();
   }
@@ -865,7 +869,7 @@ TEST_F(MysqlFault, RowModeTakesIdColumnsThatTellKeysApart) {
     const std::string trailing = refused_key(other, "a ");
     if (type.find("utf8mb4_bin") != std::string::npos) {
       EXPECT_NE(trailing.find("utf8mb4_bin"), std::string::npos) << trailing;
-      EXPECT_FALSE(other.inspect("a ")) << "a key that is refused is reported held";
+      EXPECT_TRUE(other.inspect("a ").empty()) << "a key that is refused is reported held";
     } else {
       EXPECT_NE(trailing.find("insert it first"), std::string::npos) << trailing;
     }
@@ -883,7 +887,7 @@ TEST_F(MysqlFault, RowModeIntegerIdRefusesKeysWrittenOtherwise) {
   for (const char* key : {"01", "-0", "001"}) {
     const std::string message = refused_key(other, key);
     EXPECT_NE(message.find("decimal integers"), std::string::npos) << key << ": " << message;
-    EXPECT_FALSE(other.inspect(key)) << key;
+    EXPECT_TRUE(other.inspect(key).empty()) << key;
   }
   one.release();
   zero.release();
@@ -898,7 +902,7 @@ TEST_F(MysqlFault, RowModeOwnersThatDifferInCaseAreTwoOwners) {
   Lease lease = client.acquire("k", LockOptions{.ttl = 10s, .owner = "Worker"});
   Attempt attempt = client.try_acquire("k", LockOptions{.ttl = 10s, .owner = "worker"});
   ASSERT_FALSE(attempt) << "owner 'worker' got the lock 'Worker' holds";
-  EXPECT_EQ(attempt.holder()->owner, "Worker");
+  EXPECT_EQ(sole_holder(attempt.holders())->owner, "Worker");
   EXPECT_THROW(client.release("k", "worker", lease.token()), LockLostError);
   EXPECT_TRUE(lease.held());
   lease.release();
@@ -928,13 +932,13 @@ TEST_F(MysqlFault, ReleaseHandsTheKeyToTheHeir) {
   Attempt attempt = waiter.get();
   ASSERT_TRUE(attempt) << "the heir gave up";
   EXPECT_EQ(attempt.lease().token(), held.token() + 1);
-  const auto seen = holder_client.inspect("k");
+  const auto seen = sole_holder(holder_client.inspect("k"));
   ASSERT_TRUE(seen);
   EXPECT_EQ(seen->owner, attempt.lease().owner());
   EXPECT_EQ(seen->hold_count, 1U) << "the handover was counted as a re-entry";
   EXPECT_EQ(heir_of(raw, table_), "");
   attempt.lease().release();
-  EXPECT_FALSE(holder_client.inspect("k")) << "the heir's release left the key held";
+  EXPECT_TRUE(holder_client.inspect("k").empty()) << "the heir's release left the key held";
 }
 
 // A heir that stops waiting withdraws: the holder's release then frees the key for anyone.
@@ -949,7 +953,7 @@ TEST_F(MysqlFault, HeirThatGivesUpIsNotHandedTheKey) {
   EXPECT_EQ(heir_of(raw, table_), "") << "the heir that gave up is still registered";
 
   held.release();
-  EXPECT_FALSE(holder_client.inspect("k")) << "the key went to a heir that had given up";
+  EXPECT_TRUE(holder_client.inspect("k").empty()) << "the key went to a heir that had given up";
   Attempt next = waiter_client.try_acquire("k");
   ASSERT_TRUE(next);
   EXPECT_EQ(next.lease().token(), held.token() + 1);
@@ -970,7 +974,7 @@ TEST_F(MysqlFault, HeirWhoseSessionEndedIsPassedOver) {
         << ghost.error();
   }  // the ghost's session ends
   held.release();
-  const auto seen = client.inspect("k");
+  const auto seen = sole_holder(client.inspect("k"));
   EXPECT_FALSE(seen) << "the key went to '" << (seen ? seen->owner : "") << "'";
   Attempt next = client.try_acquire("k");
   ASSERT_TRUE(next);
@@ -1005,12 +1009,12 @@ TEST_F(MysqlFault, HeirWhoseSessionEndsBeforeItSeesTheHandoverHoldsTheKeyOnce) {
   Attempt attempt = waiter.get();
   ASSERT_TRUE(attempt) << "the heir gave up";
   EXPECT_EQ(attempt.lease().token(), held.token() + 1);
-  const auto seen = releaser.inspect("k");
+  const auto seen = sole_holder(releaser.inspect("k"));
   ASSERT_TRUE(seen);
   EXPECT_EQ(seen->owner, attempt.lease().owner());
   EXPECT_EQ(seen->hold_count, 1U) << "the handover was counted as a re-entry";
   attempt.lease().release();
-  const auto left = releaser.inspect("k");
+  const auto left = sole_holder(releaser.inspect("k"));
   EXPECT_FALSE(left) << "the heir's release left the key held, " << left->hold_count << " holds";
 }
 
@@ -1043,7 +1047,7 @@ void expect_waiter_took_over(std::future<Attempt>& waiter, std::uint64_t token, 
   } catch (const Error& e) {
     FAIL() << "the waiting call ended when its attempt was killed: " << e.what();
   }
-  EXPECT_FALSE(client.inspect("k")) << "the waiter's release left the key held";
+  EXPECT_TRUE(client.inspect("k").empty()) << "the waiter's release left the key held";
 }
 
 // Defect: the server ending a waiter's session during an attempt, not during a wait (a KILL
@@ -1113,7 +1117,7 @@ std::string bell_of(const std::string& url, const std::string& table, const std:
 void late_release_keeps_the_newer_doorbell(const std::string& url, const std::string& table) {
   Client client = Client::open(url);
   Lease earlier = client.acquire("k", LockOptions{.ttl = 1s, .owner = "script"});
-  ASSERT_TRUE(eventually([&] { return !client.inspect("k"); }, 10s)) << "the lease never ran out";
+  ASSERT_TRUE(eventually([&] { return client.inspect("k").empty(); }, 10s)) << "the lease never ran out";
   Lease newer = client.acquire("k", LockOptions{.ttl = 30s, .owner = "script"});
   ASSERT_GT(newer.token(), earlier.token());
   const std::string holds_bell = "SELECT IS_USED_LOCK('" + bell_of(url, table, "k") + "')";

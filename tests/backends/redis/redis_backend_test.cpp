@@ -39,6 +39,7 @@
 #include "dlock/client.hpp"
 #include "dlock/errors.hpp"
 #include "support/child_process.hpp"
+#include "support/holders.hpp"
 #include "support/redis_servers.hpp"
 #include "support/server_test.hpp"
 
@@ -47,6 +48,7 @@ namespace dlock {
 namespace {
 
 using namespace std::chrono_literals;
+using test::sole_holder;
 using Clock = std::chrono::steady_clock;
 
 using test::env;
@@ -123,7 +125,7 @@ TEST_F(Redis, ScriptsAreLoadedAgainAfterScriptFlush) {
   lease.renew(10s);
   EXPECT_TRUE(lease.held());
   EXPECT_EQ(raw.text({"SCRIPT", "FLUSH"}), "OK");
-  ASSERT_TRUE(admin.inspect(k));
+  ASSERT_FALSE(admin.inspect(k).empty());
   EXPECT_EQ(raw.text({"SCRIPT", "FLUSH"}), "OK");
   EXPECT_FALSE(admin.try_acquire(k)) << "an acquire after SCRIPT FLUSH took a held key";
   EXPECT_EQ(raw.text({"SCRIPT", "FLUSH"}), "OK");
@@ -135,7 +137,7 @@ TEST_F(Redis, ScriptsAreLoadedAgainAfterScriptFlush) {
   EXPECT_EQ(raw.text({"SCRIPT", "FLUSH"}), "OK");
   EXPECT_EQ(admin.list(k).locks.size(), 1u);
   EXPECT_EQ(raw.text({"SCRIPT", "FLUSH"}), "OK");
-  EXPECT_TRUE(client.force_release(k));
+  EXPECT_FALSE(client.force_release(k).empty());
   EXPECT_EQ(raw.text({"SCRIPT", "FLUSH"}), "OK");
   admin.collect_idle();
 }
@@ -263,7 +265,7 @@ TEST_F(Redis, UserWithoutTheNoticeChannelStillForceReleases) {
     Client client = Client::open(url);
     const std::string k = key();
     Lease lease = client.acquire(k, {.ttl = 10s});
-    const auto released = client.force_release(k);
+    const auto released = sole_holder(client.force_release(k));
     ASSERT_TRUE(released);
     EXPECT_EQ(released->token, lease.token());
     EXPECT_THROW(lease.renew(), LockLostError);
@@ -355,7 +357,7 @@ TEST_F(Redis, FencingTokensRiseAfterExpiryAndCollectIdle) {
     last = lease.token();
     lease.detach();  // left to expire
   }
-  ASSERT_TRUE(eventually([&] { return !client.inspect(k); }, 5s));
+  ASSERT_TRUE(eventually([&] { return client.inspect(k).empty(); }, 5s));
   {
     Lease lease = client.acquire(k, {.ttl = 10s});
     EXPECT_GT(lease.token(), last) << "after an expiry";
@@ -383,7 +385,7 @@ TEST_F(Redis, ForceReleaseWakesAWaiter) {
   Lease lease = holder.acquire(k, {.ttl = 30s});
   auto waiting = queue_waiter(waiter, k, raw);
   const auto start = Clock::now();
-  ASSERT_TRUE(holder.force_release(k, Eviction::immediate));
+  ASSERT_FALSE(holder.force_release(k, Eviction::immediate).empty());
   ASSERT_EQ(waiting.wait_for(5s), std::future_status::ready) << "the waiter was not woken";
   EXPECT_TRUE(waiting.get());
   EXPECT_LT(ms(Clock::now() - start), 2000);
@@ -402,11 +404,11 @@ TEST_F(Redis, LockDelayKeepsTheQueueUntilTheHoldersRelease) {
     const std::string k = key(url == url_ ? "plain" : "fair");
     Lease lease = holder.acquire(k, {.ttl = 30s});
     auto waiting = queue_waiter(waiter, k, raw);
-    ASSERT_TRUE(newcomer.force_release(k));
+    ASSERT_FALSE(newcomer.force_release(k).empty());
     auto barging = newcomer.try_acquire(k);
     EXPECT_FALSE(barging) << "a newcomer took the key under the lock delay";
-    if (barging.holder()) {
-      EXPECT_TRUE(barging.holder()->evicted);
+    if (const auto named = sole_holder(barging.holders())) {
+      EXPECT_TRUE(named->evicted);
     }
     EXPECT_EQ(raw.queued(k), 1) << "the lock delay touched the queue";
     const auto start = Clock::now();
@@ -440,7 +442,7 @@ TEST_F(Redis, EvictionNoticesResumeAfterARestart) {
   std::promise<LossInfo> lost;
   lease.on_lost([&](const LossInfo& info) { lost.set_value(info); });
   const auto start = Clock::now();
-  ASSERT_TRUE(Client::open(url).force_release(k));
+  ASSERT_FALSE(Client::open(url).force_release(k).empty());
   auto loss = lost.get_future();
   ASSERT_EQ(loss.wait_for(5s), std::future_status::ready) << "the evicted holder was not told";
   EXPECT_LT(ms(Clock::now() - start), 1500);
@@ -540,8 +542,8 @@ TEST_F(Redis, FairModeHandsTheKeyOverInFifoOrder) {
   std::this_thread::sleep_for(200ms);
   auto attempt = newcomer.try_acquire(k);
   EXPECT_FALSE(attempt) << "a newcomer barged in ahead of the queue";
-  if (attempt.holder()) {
-    EXPECT_EQ(attempt.holder()->owner, "queued-" + run_);
+  if (const auto named = sole_holder(attempt.holders())) {
+    EXPECT_EQ(named->owner, "queued-" + run_);
   }
   EXPECT_TRUE(waiting.get()) << "the queued waiter did not get the key";
 }

@@ -18,6 +18,7 @@
 #include "core/url.hpp"
 #include "dlock/client.hpp"
 #include "dlock/errors.hpp"
+#include "support/holders.hpp"
 #include "support/redis_servers.hpp"
 #include "support/server_test.hpp"
 
@@ -25,6 +26,7 @@ namespace dlock {
 namespace {
 
 using namespace std::chrono_literals;
+using test::sole_holder;
 using Clock = std::chrono::steady_clock;
 
 using test::env;
@@ -72,8 +74,9 @@ TEST_F(Redlock, OneOfThreeKilledLocksKeepWorking) {
   EXPECT_TRUE(lease.held()) << "the holder lost its lock with a majority still up";
   auto attempt = other.try_acquire(k);
   ASSERT_FALSE(attempt) << "two owners with two servers of three up";
-  ASSERT_TRUE(attempt.holder());
-  EXPECT_EQ(attempt.holder()->owner, lease.owner());
+  const auto named = sole_holder(attempt.holders());
+  ASSERT_TRUE(named);
+  EXPECT_EQ(named->owner, lease.owner());
 
   auto waiting = std::async(std::launch::async, [&] { return other.try_acquire_for(k, 10s, {.ttl = 10s}); });
   std::this_thread::sleep_for(200ms);
@@ -162,14 +165,14 @@ TEST_F(Redlock, LockDelayWithOneOfThreeKilled) {
   lease.on_lost([&](const LossInfo& info) { lost.set_value(info); });
   servers_->kill(0);
   const auto forced = Clock::now();
-  const auto released = admin.force_release(k);
+  const auto released = sole_holder(admin.force_release(k));
   ASSERT_TRUE(released);
   EXPECT_EQ(released->token, lease.token());
   auto loss = lost.get_future();
   ASSERT_EQ(loss.wait_for(5s), std::future_status::ready) << "the evicted holder was not told";
   EXPECT_LT(ms(Clock::now() - forced), 1500) << "ms from the force-release to the holder's loss";
   EXPECT_EQ(loss.get().reason, LossReason::not_owner);
-  const auto evicted = admin.inspect(k);
+  const auto evicted = sole_holder(admin.inspect(k));
   ASSERT_TRUE(evicted);
   EXPECT_TRUE(evicted->evicted);
   EXPECT_EQ(evicted->hold_count, 0u);

@@ -32,6 +32,7 @@
 #include "dlock/client.hpp"
 #include "dlock/errors.hpp"
 #include "support/child_process.hpp"
+#include "support/holders.hpp"
 #include "support/server_test.hpp"
 #include "support/zookeeper_servers.hpp"
 
@@ -39,6 +40,7 @@ namespace dlock {
 namespace {
 
 using namespace std::chrono_literals;
+using test::sole_holder;
 using Clock = std::chrono::steady_clock;
 
 using test::eventually;
@@ -355,11 +357,11 @@ TEST_F(ZooKeeper, LeaderKilledWhileAHeldKeyIsContended) {
   // Every lease has been released or dropped, and the clients still live: the key is free.
   Client after = Client::open(ensemble);
   auto last = after.try_acquire_for(shared.key, 2s);
+  const auto named = sole_holder(last.holders());
   EXPECT_TRUE(last) << "the key is still held after every contender let go: "
-                    << (last.holder()
-                            ? last.holder()->owner + " token " + std::to_string(last.holder()->token) +
-                                  " holds " + std::to_string(last.holder()->hold_count)
-                            : std::string("no holder named"));
+                    << (named ? named->owner + " token " + std::to_string(named->token) + " holds " +
+                                    std::to_string(named->hold_count)
+                              : std::string("no holder named"));
 }
 
 // ---- A holder killed with SIGKILL ----
@@ -384,8 +386,9 @@ TEST_F(ZooKeeper, HolderKilledWithSigkillFreesWithinSessionTimeoutPlusOneSecond)
   {
     auto busy = other.try_acquire(k);
     ASSERT_FALSE(busy) << "the key was free while the worker held it";
-    ASSERT_TRUE(busy.holder());
-    EXPECT_EQ(busy.holder()->token, dead_token);
+    const auto named = sole_holder(busy.holders());
+    ASSERT_TRUE(named);
+    EXPECT_EQ(named->token, dead_token);
   }
   std::this_thread::sleep_for(500ms);  // a ping or two: the session's last contact is recent
 
@@ -467,10 +470,10 @@ TEST_F(ZooKeeper, EnsembleUnreachableHolderStopsBeforeTheSessionCouldExpire) {
   auto attempt = other.try_acquire_for(k, 2s);
   std::string outcome = "the ensemble expired the holder's session on its return";
   if (!attempt) {
+    const auto named = sole_holder(attempt.holders());
     outcome = "the holder's session survived: its node still held the key, " +
-              (attempt.holder()
-                   ? "owner " + attempt.holder()->owner + " token " + std::to_string(attempt.holder()->token)
-                   : std::string("no holder named")) +
+              (named ? "owner " + named->owner + " token " + std::to_string(named->token)
+                     : std::string("no holder named")) +
               ", until the holder let go of its lost lease";
   }
   // The holder lets go of the lease it learnt it lost, as a holder told of a loss does: that
@@ -483,9 +486,9 @@ TEST_F(ZooKeeper, EnsembleUnreachableHolderStopsBeforeTheSessionCouldExpire) {
   ASSERT_TRUE(attempt) << "the key was not free within 7 s of the server's return (" << outcome << ")";
   EXPECT_LE(took, 5000) << "ms from SIGCONT to another client's acquisition";
   EXPECT_GT(attempt.lease().token(), token);
-  ASSERT_TRUE(other.inspect(k));
-  EXPECT_EQ(other.inspect(k)->token, attempt.lease().token())
-      << "the old holder's release touched the new holder";
+  const auto now_held = sole_holder(other.inspect(k));
+  ASSERT_TRUE(now_held);
+  EXPECT_EQ(now_held->token, attempt.lease().token()) << "the old holder's release touched the new holder";
 }
 
 // ---- Force-release ----
@@ -505,7 +508,7 @@ TEST_F(ZooKeeper, ForceReleaseDeletesTheNodeAndTheHolderLearns) {
   EXPECT_FALSE(third.try_acquire(k)) << "the key was free while held";
 
   const auto forced = Clock::now();
-  const auto released = admin.force_release(k, Eviction::immediate);
+  const auto released = sole_holder(admin.force_release(k, Eviction::immediate));
   ASSERT_TRUE(released);
   EXPECT_EQ(released->token, lease.token());
   EXPECT_EQ(released->owner, lease.owner());
@@ -520,9 +523,9 @@ TEST_F(ZooKeeper, ForceReleaseDeletesTheNodeAndTheHolderLearns) {
   EXPECT_EQ(loss->reason(), LossReason::not_owner);
   EXPECT_FALSE(lease.held());
   EXPECT_THROW(lease.release(), LockLostError);
-  ASSERT_TRUE(admin.inspect(k));
-  EXPECT_EQ(admin.inspect(k)->token, next.lease().token())
-      << "the evicted holder's release touched the new holder";
+  const auto now_held = sole_holder(admin.inspect(k));
+  ASSERT_TRUE(now_held);
+  EXPECT_EQ(now_held->token, next.lease().token()) << "the evicted holder's release touched the new holder";
 }
 
 // ---- Waiters that give up ----
@@ -566,7 +569,7 @@ TEST_F(ZooKeeper, WaitersGivingUpMidQueueKeepItsOrder) {
     // The next waiter queues only once this one is in the queue: the order is W1..W4.
     ASSERT_TRUE(eventually(
         [&] {
-          const auto info = holder_client.inspect(k);
+          const auto info = sole_holder(holder_client.inspect(k));
           return info && info->queue && info->queue->size() == static_cast<std::size_t>(i);
         },
         5s))
@@ -636,8 +639,9 @@ TEST_F(ZooKeeper, SecretsNeverPrinted) {
     Client again = Client::open(at("alice:" + alice_pw));
     auto busy = again.try_acquire(k);
     EXPECT_FALSE(busy);
-    ASSERT_TRUE(busy.holder());
-    EXPECT_EQ(busy.holder()->token, lease.token());
+    const auto named = sole_holder(busy.holders());
+    ASSERT_TRUE(named);
+    EXPECT_EQ(named->token, lease.token());
   }
 
   const std::vector<std::string> others = {"bob:" + bob_pw, "alice:" + wrong_pw, ""};

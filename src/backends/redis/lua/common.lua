@@ -118,15 +118,15 @@ local function free(L)
   hand_off(L)
 end
 
--- Evicts the key's holder, whoever it is. Delayed (a lock delay): the holder stays recorded
--- with its token and lease, hold count 0, so the key stays closed until that holder releases
--- it or the lease runs out. Otherwise the key is freed and handed on at once. Either way the
--- key is published on `channel`, for holders to learn at once (a store without the channel
--- permission only loses the notice). Returns what was held, {owner, token, holds, pttl_ms,
--- held_ms}, or nil.
-local function evict(L, delayed, channel)
+-- Evicts the key's holder, whoever it is, or only if its token is `token` ('' for any).
+-- Delayed (a lock delay): the holder stays recorded with its token and lease, hold count 0, so
+-- the key stays closed until that holder releases it or the lease runs out. Otherwise the key
+-- is freed and handed on at once. Either way the key is published on `channel`, for holders to
+-- learn at once (a store without the channel permission only loses the notice). Returns what
+-- was held, {owner, token, holds, pttl_ms, held_ms}, or nil.
+local function evict(L, delayed, channel, token)
   local o, t, holds, at = read_lock(L.lock)
-  if not o then return nil end
+  if not o or (token ~= '' and t ~= token) then return nil end
   local pttl = redis.call('PTTL', L.lock)
   if not delayed then
     free(L)
