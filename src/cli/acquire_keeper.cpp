@@ -371,9 +371,8 @@ AcquireReport report_attempt(const GlobalOptions& global, const AcquireOptions& 
   if (!attempt) {
     report.exit_code = options.conflict_exit;
     if (global.json) {
-      report.out = json_line({{"acquired", false},
-                              {"key", options.key},
-                              {"holder", attempt.holders().empty() ? json(nullptr) : lock_json(attempt.holders()[0])}});
+      report.out = json_line(
+          {{"acquired", false}, {"key", options.key}, {"holders", holders_json(attempt.holders())}});
     }
     if (!options.quiet) report.err = error_line(conflict_message(options.key, options.wait, attempt));
     return report;

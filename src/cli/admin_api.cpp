@@ -55,6 +55,7 @@ std::optional<std::size_t> page_limit(const httplib::Request& request, httplib::
 
 struct ForceRelease {
   std::string key;
+  std::optional<std::uint64_t> token;  // of the one holder to evict; without it, every holder
   std::string reason;
   std::string by;
   bool lock_delay = true;
@@ -63,7 +64,8 @@ struct ForceRelease {
 // The body of POST /api/force-release, or what is wrong with it. A field that is not one of
 // these is refused rather than ignored: a misspelt "lock_delay" must not go unnoticed.
 std::variant<ForceRelease, std::string> parse_force_release(const std::string& text) {
-  constexpr const char* shape = R"({"key": "...", "reason": "...", "by": "...", "lock_delay": true})";
+  constexpr const char* shape =
+      R"({"key": "...", "token": 42, "reason": "...", "by": "...", "lock_delay": true})";
   const json body = json::parse(text, nullptr, false);
   if (!body.is_object()) return fmt::format("the body must be a JSON object: {}", shape);
   ForceRelease request;
@@ -72,6 +74,13 @@ std::variant<ForceRelease, std::string> parse_force_release(const std::string& t
     if (name == "lock_delay") {
       if (!value.is_boolean()) return fmt::format("'lock_delay' must be true or false, not {}", value.type_name());
       request.lock_delay = value.get<bool>();
+      continue;
+    }
+    if (name == "token") {
+      if (!value.is_number_unsigned()) {
+        return fmt::format("'token' must be a fencing token (a whole number), not {}", value.dump());
+      }
+      request.token = value.get<std::uint64_t>();
       continue;
     }
     std::string* text_field = name == "key"      ? &request.key
@@ -97,6 +106,7 @@ json capabilities_json(const backend::Capabilities& can) {
           {"records_acquisition_time", can.records_acquisition_time},
           {"counts_waiters", can.counts_waiters},
           {"names_waiters", can.names_waiters},
+          {"shared_holders", can.shared_holders},
           {"notifies_evictions", can.notifies_evictions}};
 }
 
@@ -184,19 +194,15 @@ void AdminApi::install(httplib::Server& server) {
     if (!limit) return;
     const ListPage page =
         client_.list(request.get_param_value("prefix"), request.get_param_value("after"), *limit);
-    json locks = json::array();
-    for (const LockInfo& info : page.locks) locks.push_back(lock_json(info));
     reply(response, 200,
-          {{"locks", locks}, {"next_after", page.next_after.empty() ? json(nullptr) : json(page.next_after)}});
+          {{"locks", holders_json(page.locks)},
+           {"next_after", page.next_after.empty() ? json(nullptr) : json(page.next_after)}});
   });
   server.Get("/api/lock", [this](const httplib::Request& request, httplib::Response& response) {
     if (!request.has_param("key")) return fail(response, 400, "give the key: /api/lock?key=KEY");
     const std::string key = request.get_param_value("key");
     const auto holders = client_.inspect(key);
-    if (holders.empty()) return reply(response, 404, {{"key", key}, {"held", false}});
-    json body = lock_json(holders[0]);
-    body["held"] = true;
-    reply(response, 200, body);
+    reply(response, holders.empty() ? 404 : 200, key_json(key, holders));
   });
   server.Post("/api/force-release", [this](const httplib::Request& request, httplib::Response& response) {
     force_release(request, response);
@@ -225,25 +231,21 @@ void AdminApi::force_release(const httplib::Request& request, httplib::Response&
   const auto parsed = parse_force_release(request.body);
   if (const auto* error = std::get_if<std::string>(&parsed)) return fail(response, 400, *error);
   const ForceRelease& wanted = std::get<ForceRelease>(parsed);
-  const auto released =
-      client_.force_release(wanted.key, wanted.lock_delay ? Eviction::delayed : Eviction::immediate);
-  if (released.empty()) return reply(response, 404, {{"key", wanted.key}, {"held", false}});
-  const LockInfo* freed = &released[0];
-  const json entry = {{"at", utc_now_iso()},
-                      {"by", wanted.by.empty() ? "anonymous" : wanted.by},
-                      {"from", request.remote_addr},
-                      {"reason", wanted.reason},
-                      {"key", freed->key},
-                      {"owner", freed->owner},
-                      {"token", freed->token},
-                      {"lock_delay", wanted.lock_delay}};
+  const auto freed = client_.force_release(
+      wanted.key, wanted.lock_delay ? Eviction::delayed : Eviction::immediate, wanted.token);
+  if (freed.empty()) return reply(response, 404, {{"key", wanted.key}, {"released", json::array()}});
+  const AuditRequest audited{wanted.by.empty() ? "anonymous" : wanted.by, request.remote_addr, wanted.reason,
+                             wanted.lock_delay};
+  json entries = json::array();
+  for (const LockInfo& holder : freed) entries.push_back(audit_entry(audited, holder));
   force_releases_.fetch_add(1);
   try {
-    audit_.append(entry);
+    for (const json& entry : entries) audit_.append(entry);
   } catch (const std::system_error& e) {
-    return reply(response, 500, {{"error", std::string("the key was released, but ") + e.what()}, {"audit", entry}});
+    return reply(response, 500,
+                 {{"error", std::string("the key was released, but ") + e.what()}, {"audit", entries}});
   }
-  reply(response, 200, {{"released", lock_json(*freed)}, {"audit", entry}});
+  reply(response, 200, {{"released", holders_json(freed)}, {"audit", entries}});
 }
 
 std::string AdminApi::metrics() {
@@ -253,7 +255,7 @@ std::string AdminApi::metrics() {
   std::size_t held = 0;
   for (std::string after;;) {
     const ListPage page = client_.list({}, after, std::min(kMaxPage, limit - held));
-    held += page.locks.size();
+    held += count_keys(page.locks);
     if (page.next_after.empty() || held >= limit) break;
     after = page.next_after;
   }

@@ -40,10 +40,6 @@ void print(const json& value) {
 
 void say(const std::string& message) { std::fprintf(stderr, "dlock: %s\n", message.c_str()); }
 
-json to_json(const LockInfo& info) { return lock_json(info); }
-
-json to_json(const std::optional<LockInfo>& info) { return info ? lock_json(*info) : json(nullptr); }
-
 // ---- acquire ----
 
 // A local:// lock lives inside the process that took it, where no other command can see or
@@ -93,14 +89,14 @@ int release(const GlobalOptions& global, const ReleaseOptions& options) {
     token = *options.token;
   } else {
     const auto holders = client.inspect(options.key);
-    const std::optional<LockInfo> holder =
-        holders.empty() ? std::nullopt : std::optional<LockInfo>(holders[0]);
-    if (!holder || holder->owner != options.owner) {
+    const auto ours = std::find_if(holders.begin(), holders.end(),
+                                   [&](const LockInfo& holder) { return holder.owner == options.owner; });
+    if (ours == holders.end()) {
       say(fmt::format("'{}' is not held by owner {}: {}", options.key, options.owner,
-                      holder ? "it is " + describe_holder(*holder) : std::string("it is free")));
+                      holders.empty() ? std::string("it is free") : "it is " + describe_holders(holders)));
       return kExitNotHeld;
     }
-    token = holder->token;
+    token = ours->token;
   }
   std::uint32_t holds_left = 0;
   try {
@@ -120,13 +116,10 @@ int release(const GlobalOptions& global, const ReleaseOptions& options) {
 int status(const GlobalOptions& global, const std::string& key) {
   const Client client = open_client(global);
   const auto holders = client.inspect(key);
-  const std::optional<LockInfo> holder = holders.empty() ? std::nullopt : std::optional<LockInfo>(holders[0]);
   if (global.json) {
-    json out = holder ? to_json(*holder) : json{{"key", key}};
-    out["held"] = holder.has_value();
-    print(out);
+    print(key_json(key, holders));
   } else {
-    std::printf("%s: %s\n", key.c_str(), holder ? describe_holder(*holder).c_str() : "free");
+    std::printf("%s: %s\n", key.c_str(), holders.empty() ? "free" : describe_holders(holders).c_str());
   }
   return kExitOk;
 }
@@ -137,19 +130,22 @@ struct ListOptions {
   std::optional<std::size_t> limit;
 };
 
+// One row per holder: a key with several holders has several rows.
 void print_table(const std::vector<LockInfo>& locks) {
-  std::vector<std::array<std::string, 6>> rows{{"KEY", "OWNER", "TOKEN", "HOLDS", "HELD FOR", "TTL LEFT"}};
+  std::vector<std::array<std::string, 7>> rows{
+      {"KEY", "OWNER", "MODE", "TOKEN", "HOLDS", "HELD FOR", "TTL LEFT"}};
   for (const auto& lock : locks) {
-    rows.push_back({lock.key, lock.owner, std::to_string(lock.token), std::to_string(lock.hold_count),
-                    lock.held_for ? format_duration(*lock.held_for) : "-", format_duration(lock.ttl_left)});
+    rows.push_back({lock.key, lock.owner, to_string(lock.mode), std::to_string(lock.token),
+                    std::to_string(lock.hold_count), lock.held_for ? format_duration(*lock.held_for) : "-",
+                    format_duration(lock.ttl_left)});
   }
-  std::array<std::size_t, 6> width{};
+  std::array<std::size_t, 7> width{};
   for (const auto& row : rows) {
     for (std::size_t i = 0; i < row.size(); ++i) width[i] = std::max(width[i], row[i].size());
   }
   for (const auto& row : rows) {
-    fmt::print("{:<{}}  {:<{}}  {:>{}}  {:>{}}  {:>{}}  {:>{}}\n", row[0], width[0], row[1], width[1], row[2],
-               width[2], row[3], width[3], row[4], width[4], row[5], width[5]);
+    fmt::print("{:<{}}  {:<{}}  {:<{}}  {:>{}}  {:>{}}  {:>{}}  {:>{}}\n", row[0], width[0], row[1], width[1],
+               row[2], width[2], row[3], width[3], row[4], width[4], row[5], width[5], row[6], width[6]);
   }
 }
 
@@ -157,21 +153,21 @@ int list(const GlobalOptions& global, const ListOptions& options) {
   constexpr std::size_t kPage = 1000;
   const Client client = open_client(global);
   std::vector<LockInfo> locks;
+  std::size_t keys = 0;  // what --limit counts; a key may have several holders
   std::string after = options.after;
   std::string next;
   for (;;) {
-    const std::size_t want = options.limit ? std::min(kPage, *options.limit - locks.size()) : kPage;
+    const std::size_t want = options.limit ? std::min(kPage, *options.limit - keys) : kPage;
     ListPage page = client.list(options.prefix, after, want);
+    keys += count_keys(page.locks);
     std::move(page.locks.begin(), page.locks.end(), std::back_inserter(locks));
     next = std::move(page.next_after);
-    if (next.empty() || (options.limit && locks.size() >= *options.limit)) break;
+    if (next.empty() || (options.limit && keys >= *options.limit)) break;
     after = next;
   }
   if (global.json) {
     // null when nothing follows, as over HTTP
-    json out{{"locks", json::array()}, {"next_after", next.empty() ? json(nullptr) : json(next)}};
-    for (const auto& lock : locks) out["locks"].push_back(to_json(lock));
-    print(out);
+    print({{"locks", holders_json(locks)}, {"next_after", next.empty() ? json(nullptr) : json(next)}});
     return kExitOk;
   }
   if (locks.empty()) {
@@ -186,6 +182,7 @@ int list(const GlobalOptions& global, const ListOptions& options) {
 
 struct ForceReleaseOptions {
   std::string key;
+  std::optional<std::uint64_t> token;
   std::string reason;
   std::string by;
   std::string audit_log;
@@ -206,28 +203,30 @@ int force_release(const GlobalOptions& global, const ForceReleaseOptions& option
   // Opened first: a force-release that cannot be recorded is not made.
   AuditLog audit(options.audit_log.empty() ? default_audit_log() : options.audit_log);
   const Client client = open_client(global);
-  const auto released =
-      client.force_release(options.key, options.no_lock_delay ? Eviction::immediate : Eviction::delayed);
-  const std::optional<LockInfo> freed = released.empty() ? std::nullopt : std::optional<LockInfo>(released[0]);
-  if (freed) {
-    audit.append({{"at", utc_now_iso()},
-                  {"by", invoking_user(options.by)},
-                  {"from", fmt::format("dlock force-release on {}", core::host_name())},
-                  {"reason", options.reason},
-                  {"key", freed->key},
-                  {"owner", freed->owner},
-                  {"token", freed->token},
-                  {"lock_delay", !options.no_lock_delay}});
-  }
+  const auto freed = client.force_release(
+      options.key, options.no_lock_delay ? Eviction::immediate : Eviction::delayed, options.token);
+  const AuditRequest request{invoking_user(options.by),
+                             fmt::format("dlock force-release on {}", core::host_name()), options.reason,
+                             !options.no_lock_delay};
+  for (const LockInfo& holder : freed) audit.append(audit_entry(request, holder));
   const std::string& key = options.key;
   if (global.json) {
-    print({{"key", key}, {"released", freed.has_value()}, {"holder", to_json(freed)}, {"lock_delay", !options.no_lock_delay}});
-  } else if (freed && !options.no_lock_delay) {
-    std::printf("force-released '%s', which was %s; no one else can take it until that holder has stopped "
-                "(its `dlock run` stops its command and releases) or its lease has run out\n",
-                key.c_str(), describe_holder(*freed).c_str());
-  } else if (freed) {
-    std::printf("force-released '%s', which was %s; it is free now\n", key.c_str(), describe_holder(*freed).c_str());
+    print({{"key", key},
+           {"released", !freed.empty()},
+           {"holders", holders_json(freed)},
+           {"lock_delay", !options.no_lock_delay}});
+  } else if (!freed.empty() && !options.no_lock_delay) {
+    std::printf(
+        "force-released '%s', which was %s; no one else can take it until each evicted holder has stopped "
+        "(its `dlock run` stops its command and releases) or its lease has run out\n",
+        key.c_str(), describe_holders(freed).c_str());
+  } else if (!freed.empty()) {
+    std::printf(
+        "force-released '%s', which was %s; the evicted holds ended at once, without the lock delay\n",
+        key.c_str(), describe_holders(freed).c_str());
+  } else if (options.token) {
+    std::printf("'%s' had no holder with token %llu; nothing to release\n", key.c_str(),
+                static_cast<unsigned long long>(*options.token));
   } else {
     std::printf("'%s' was not held; nothing to release\n", key.c_str());
   }
@@ -290,14 +289,18 @@ void add_admin_commands(CLI::App& app, const GlobalOptions& global, int& exit_co
   }
   {
     auto options = std::make_shared<ForceReleaseOptions>();
-    auto* command = app.add_subcommand(
-        "force-release",
-        "Evict a lock's holder, whoever it is; its `dlock run` stops its command. Recorded in the audit log");
+    auto* command = app.add_subcommand("force-release",
+                                       "Evict a lock's holders, whoever they are (with --token, one of "
+                                       "them); each one's `dlock run` stops its command. Recorded in the "
+                                       "audit log");
     command->add_option("-r,--reason", options->reason, "Why, for the audit log")->required();
     command->add_option("--by", options->by, "Who asks, for the audit log (default: your login name)");
     command->add_flag("--no-lock-delay", options->no_lock_delay,
                       "Free the key at once, even while the evicted holder may still be running (default: "
                       "the key stays closed until that holder has stopped or its lease has run out)");
+    command->add_option(
+        "--token", options->token,
+        "Evict only the holder with this fencing token (as status shows it); nothing if none has it");
     command->add_option("--audit-log", options->audit_log,
                         "Where the force-release is recorded, one JSON line each (default: "
                         "$XDG_STATE_HOME/dlock/audit.log, the one dlock serve uses)");

@@ -17,7 +17,7 @@ const char* const kAdminPage = R"page(<!doctype html>
   header { background: #1b1f24; color: #fff; padding: 10px 16px; display: flex; gap: 16px; align-items: baseline; }
   header h1 { font-size: 17px; margin: 0; }
   header .muted { color: #aab2bd; }
-  main { display: grid; grid-template-columns: minmax(0, 5fr) minmax(340px, 2fr); gap: 16px; padding: 16px; }
+  main { display: grid; grid-template-columns: minmax(0, 3fr) minmax(340px, 1fr); gap: 16px; padding: 16px; }
   section { background: #fff; border: 1px solid #d7dce2; border-radius: 6px; padding: 12px 14px; margin-bottom: 16px; }
   h2 { font-size: 15px; margin: 0 0 8px; }
   .toolbar { display: flex; gap: 8px; align-items: center; margin-bottom: 8px; }
@@ -31,6 +31,9 @@ const char* const kAdminPage = R"page(<!doctype html>
      others leave, cut with an ellipsis (the full text is its title), so keys never wrap. */
   #list { overflow-x: auto; }  /* only on a narrow window, with long keys and tokens */
   #locks td { white-space: nowrap; }
+  /* Eight columns, the mode among them, fit beside the audit panel at 1280 px. */
+  #locks th, #locks td { padding: 5px 6px; }
+  #locks td.mode { font-size: 12px; line-height: 20px; color: #57606a; }
   /* The owner takes the room left and shows all of itself, over several lines if it must, broken
      after its separators (NAME@ HOST: PID. THREAD/ RANDOM) where it can. */
   #locks td.owner { width: 100%; min-width: 12ch; white-space: normal; overflow-wrap: anywhere; }
@@ -89,7 +92,7 @@ const char* const kAdminPage = R"page(<!doctype html>
         <button id="next-page" type="button">Next page</button>
       </div>
       <table id="locks">
-        <thead><tr><th>Key</th><th>Owner</th><th>Holds</th><th>Token</th><th>Acquired (UTC)</th><th>Waiters</th><th class="ttl">Time left</th></tr></thead>
+        <thead><tr><th>Key</th><th>Owner</th><th>Mode</th><th>Holds</th><th>Token</th><th>Acquired (UTC)</th><th>Waiters</th><th class="ttl">Time left</th></tr></thead>
         <tbody></tbody>
       </table>
       <div class="empty" id="no-locks" hidden>No held locks here.</div>
@@ -100,6 +103,7 @@ const char* const kAdminPage = R"page(<!doctype html>
       <h2 id="detail-key"></h2>
       <dl>
         <dt>Owner</dt><dd id="detail-owner"></dd>
+        <dt>Mode</dt><dd id="detail-mode"></dd>
         <dt>Fencing token</dt><dd id="detail-token"></dd>
         <dt>Holds</dt><dd id="detail-holds"></dd>
         <dt>Acquired (UTC)</dt><dd id="detail-acquired"></dd>
@@ -130,13 +134,18 @@ const $ = (selector) => document.querySelector(selector);
 const pageSize = 50;
 let pageStart = "";     // list after this key ("" = from the first)
 let nextAfter = null;   // the key the next page starts after, if any
-let selected = null;    // the lock shown in #detail
+let selected = null;    // the holder shown in #detail
 let token = sessionStorage.getItem("dlock-token") || "";
-const leases = new Map();  // key -> its lease, as leaseOf() makes it
+const leases = new Map();  // holder -> its lease, as leaseOf() makes it
 // Where the lease is the holder's session (the store's capabilities say so: zookeeper://,
 // mysql:// mode=session), a lock's ttl_left_ms is how long the key may stay held after that
 // session ends: it does not count down while the holder lives.
 let sessionLeases = false;
+
+// A key may have several holders, each a row of its own: a holder is its key and its token.
+function holderId(lock) {
+  return lock.key + "\n" + lock.token;
+}
 
 async function api(path, options = {}) {
   const headers = Object.assign({}, options.headers);
@@ -247,7 +256,7 @@ function say(text, isError) {
 function tick() {
   const now = performance.now();
   for (const td of document.querySelectorAll("#locks td.ttl")) {
-    const shown = timeLeft(leases.get(td.parentElement.dataset.key), now);
+    const shown = timeLeft(leases.get(holderId(td.parentElement.dataset)), now);
     td.textContent = shown.text;
     td.title = shown.title;
     td.classList.toggle("low", shown.low);
@@ -271,14 +280,16 @@ async function refreshLocks() {
     const rows = document.createDocumentFragment();
     leases.clear();
     for (const lock of body.locks) {
-      leases.set(lock.key, leaseOf(lock, fetchedAt));
+      leases.set(holderId(lock), leaseOf(lock, fetchedAt));
       const row = document.createElement("tr");
       row.dataset.key = lock.key;
-      row.classList.toggle("selected", Boolean(selected && selected.key === lock.key));
+      row.dataset.token = String(lock.token);
+      row.classList.toggle("selected", Boolean(selected && holderId(selected) === holderId(lock)));
       row.classList.toggle("evicted", lock.evicted === true);
       clippedCell(row, "key", lock.key);
       const owner = ownerCell(row, lock.owner);
       if (lock.evicted) owner.appendChild(evictedBadge("evicted"));
+      cell(row, "mode", lock.mode);
       cell(row, "holds num", String(lock.hold_count));
       cell(row, "token num", String(lock.token));
       cell(row, "acquired", formatAcquired(lock.held_for_ms));
@@ -294,7 +305,7 @@ async function refreshLocks() {
     $("#count").textContent = body.locks.length + (body.locks.length === 1 ? " lock" : " locks") +
         (nextAfter ? ", more on the next page" : "");
     $("#no-locks").hidden = body.locks.length > 0;
-    if (selected && leases.has(selected.key)) selected.lease = leases.get(selected.key);
+    if (selected && leases.has(holderId(selected))) selected.lease = leases.get(holderId(selected));
     showStatus("updated " + new Date().toLocaleTimeString(), false);
     tick();
   } catch (error) {
@@ -328,6 +339,7 @@ function showDetail(lock) {
   $("#detail").hidden = false;
   $("#detail-key").textContent = lock.key;
   $("#detail-owner").textContent = lock.owner;
+  $("#detail-mode").textContent = lock.mode;
   $("#detail-token").textContent = String(lock.token);
   $("#detail-holds").textContent = String(lock.hold_count);
   $("#detail-acquired").textContent = formatAcquired(lock.held_for_ms);
@@ -340,19 +352,21 @@ function showDetail(lock) {
 
 async function select(lock) {
   selected = { key: lock.key, owner: lock.owner, token: lock.token,
-               lease: leases.get(lock.key) || leaseOf(lock, performance.now()) };
+               lease: leases.get(holderId(lock)) || leaseOf(lock, performance.now()) };
   for (const row of document.querySelectorAll("#locks tbody tr")) {
-    row.classList.toggle("selected", row.dataset.key === lock.key);
+    row.classList.toggle("selected", holderId(row.dataset) === holderId(lock));
   }
   showDetail(lock);
   say("", false);
   const { status, body } = await api("/api/lock?" + new URLSearchParams({ key: lock.key }));
-  if (!selected || selected.key !== lock.key) return;
-  if (status === 200) {
-    selected = { key: body.key, owner: body.owner, token: body.token, lease: leaseOf(body, performance.now()) };
-    showDetail(body);
-  } else if (status === 404) {
-    say(lock.key + " is no longer held.", false);
+  if (!selected || holderId(selected) !== holderId(lock)) return;
+  const current = status === 200 ? body.holders.find((holder) => holder.token === lock.token) : undefined;
+  if (current) {
+    selected = { key: current.key, owner: current.owner, token: current.token,
+                 lease: leaseOf(current, performance.now()) };
+    showDetail(current);
+  } else if (status === 200 || status === 404) {
+    say(lock.key + " is no longer held by " + lock.owner + ".", false);
   }
 }
 
@@ -374,17 +388,19 @@ async function forceRelease() {
     const { status, body } = await api("/api/force-release", {
       method: "POST",
       headers: { "Content-Type": "application/json" },
-      body: JSON.stringify({ key: lock.key, reason, by: $("#by").value.trim(), lock_delay: !immediate }),
+      // Its token: only the holder shown is evicted, not one that took the key since.
+      body: JSON.stringify({ key: lock.key, token: lock.token, reason, by: $("#by").value.trim(), lock_delay: !immediate }),
     });
     if (status === 200) {
-      say("Released " + body.released.key + " (token " + body.released.token + ", held by " + body.released.owner + ")" +
+      const released = body.released[0];
+      say("Released " + released.key + " (token " + released.token + ", held by " + released.owner + ")" +
           (immediate ? ": the key is free." : ": the key opens once its holder has stopped."), false);
       selected = null;
       $("#detail").hidden = true;
       $("#reason").value = "";
       $("#immediate").checked = false;
     } else if (status === 404) {
-      say(lock.key + " was no longer held: nothing released.", false);
+      say(lock.key + " was no longer held by " + lock.owner + ": nothing released.", false);
     } else {
       say("Not released: " + (body.error || "HTTP " + status), true);
     }

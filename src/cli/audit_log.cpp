@@ -36,6 +36,18 @@ std::string utc_now_iso() {
   return fmt::format("{}.{:03}Z", text, ms);
 }
 
+json audit_entry(const AuditRequest& request, const LockInfo& evicted) {
+  return {{"at", utc_now_iso()},
+          {"by", request.by},
+          {"from", request.from},
+          {"reason", request.reason},
+          {"key", evicted.key},
+          {"owner", evicted.owner},
+          {"mode", to_string(evicted.mode)},
+          {"token", evicted.token},
+          {"lock_delay", request.lock_delay}};
+}
+
 AuditLog::AuditLog(std::string path) : path_(std::move(path)) {
   std::error_code ignored;
   std::filesystem::create_directories(std::filesystem::path(path_).parent_path(), ignored);

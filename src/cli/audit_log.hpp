@@ -7,12 +7,25 @@
 #include <nlohmann/json.hpp>
 #include <string>
 
+#include "dlock/types.hpp"
+
 namespace dlock::cli {
 
 // Beside the embedded default database, in the same per-user state directory.
 std::string default_audit_log();
 // Now, as 2026-11-24T05:06:07.890Z.
 std::string utc_now_iso();
+
+// Who asked for a force-release, from where, why, and whether with the lock delay.
+struct AuditRequest {
+  std::string by;
+  std::string from;
+  std::string reason;
+  bool lock_delay = true;
+};
+// The entry that records one holder a force-release evicted: at (now), by, from, reason, key,
+// owner, mode, token, lock_delay.
+nlohmann::json audit_entry(const AuditRequest& request, const LockInfo& evicted);
 
 class AuditLog {
  public:

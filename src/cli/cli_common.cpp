@@ -51,6 +51,18 @@ std::string percent_encode(std::string_view text) {
   return out;
 }
 
+// "O (exclusive, token 7, 1 hold, 12.3s left)"
+std::string describe_holder(const LockInfo& holder) {
+  if (holder.evicted) {
+    return fmt::format(
+        "{} ({}, token {}), force-released: closed until that holder releases it or its lease ends in {}",
+        holder.owner, to_string(holder.mode), holder.token, format_duration(holder.ttl_left));
+  }
+  return fmt::format("{} ({}, token {}, {} hold{}, {} left)", holder.owner, to_string(holder.mode),
+                     holder.token, holder.hold_count, holder.hold_count == 1 ? "" : "s",
+                     format_duration(holder.ttl_left));
+}
+
 }  // namespace
 
 std::optional<Userinfo> find_userinfo(std::string_view url) {
@@ -122,6 +134,7 @@ std::vector<std::string> hide_url_passwords(int argc, char** argv) {
 nlohmann::json lock_json(const LockInfo& info) {
   return {{"key", info.key},
           {"owner", info.owner},
+          {"mode", to_string(info.mode)},
           {"token", info.token},
           {"hold_count", info.hold_count},
           {"ttl_left_ms", info.ttl_left.count()},
@@ -129,6 +142,24 @@ nlohmann::json lock_json(const LockInfo& info) {
           {"waiters", info.waiters ? nlohmann::json(*info.waiters) : nlohmann::json(nullptr)},
           {"queue", info.queue ? nlohmann::json(*info.queue) : nlohmann::json(nullptr)},
           {"evicted", info.evicted}};
+}
+
+nlohmann::json holders_json(const std::vector<LockInfo>& holders) {
+  nlohmann::json array = nlohmann::json::array();
+  for (const LockInfo& holder : holders) array.push_back(lock_json(holder));
+  return array;
+}
+
+nlohmann::json key_json(std::string_view key, const std::vector<LockInfo>& holders) {
+  return {{"key", key}, {"held", !holders.empty()}, {"holders", holders_json(holders)}};
+}
+
+std::size_t count_keys(const std::vector<LockInfo>& holders) {
+  std::size_t keys = 0;
+  for (std::size_t i = 0; i < holders.size(); ++i) {
+    if (i == 0 || holders[i].key != holders[i - 1].key) ++keys;
+  }
+  return keys;
 }
 
 void add_wait_options(CLI::App& command, WaitOptions& options) {
@@ -157,22 +188,20 @@ std::string conflict_message(std::string_view key, const WaitOptions& wait, cons
                             : fmt::format("gave up on '{}' after waiting {}", key,
                                           format_duration(wait.wait.value_or(std::chrono::milliseconds(0))));
   message += attempt.holders().empty() ? std::string(": it is changing hands (no holder to name yet)")
-                                       : ": " + describe_holder(attempt.holders()[0]);
+                                       : ": " + describe_holders(attempt.holders());
   return message;
 }
 
-std::string describe_holder(const LockInfo& holder) {
-  if (holder.evicted) {
-    return fmt::format("held by {} (token {}), force-released: closed until that holder releases it or its lease "
-                       "ends in {}",
-                       holder.owner, holder.token, format_duration(holder.ttl_left));
-  }
-  std::string text = fmt::format("held by {} (token {}, {} hold{}, {} left)", holder.owner, holder.token,
-                                 holder.hold_count, holder.hold_count == 1 ? "" : "s", format_duration(holder.ttl_left));
-  if (holder.queue && !holder.queue->empty()) {
-    text += fmt::format("; waiting: {}", fmt::join(*holder.queue, ", "));
-    if (holder.waiters && *holder.waiters > holder.queue->size()) {
-      text += fmt::format(" and {} more", *holder.waiters - holder.queue->size());
+std::string describe_holders(const std::vector<LockInfo>& holders) {
+  std::vector<std::string> each;
+  for (const LockInfo& holder : holders) each.push_back(describe_holder(holder));
+  std::string text = fmt::format("held by {}", fmt::join(each, " and by "));
+  // The queue is the key's: every holder carries the same.
+  const LockInfo& any = holders.front();
+  if (any.queue && !any.queue->empty()) {
+    text += fmt::format("; waiting: {}", fmt::join(*any.queue, ", "));
+    if (any.waiters && *any.waiters > any.queue->size()) {
+      text += fmt::format(" and {} more", *any.waiters - any.queue->size());
     }
   }
   return text;

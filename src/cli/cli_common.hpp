@@ -49,8 +49,15 @@ std::string url_with_password(const std::string& url, const std::string& passwor
 // they were, for parsing.
 std::vector<std::string> hide_url_passwords(int argc, char** argv);
 
-// A held lock as JSON, as `--json` output and the HTTP API show it: key, owner, token,
-// hold_count, ttl_left_ms, held_for_ms, waiters, evicted.
+// One holder as JSON, as `--json` output and the HTTP API show it: key, owner, mode, token,
+// hold_count, ttl_left_ms, held_for_ms, waiters, queue, evicted.
 nlohmann::json lock_json(const LockInfo& info);
+// Holders as a JSON array of lock_json objects.
+nlohmann::json holders_json(const std::vector<LockInfo>& holders);
+// A key with every holder, as `status --json` and GET /api/lock show it: key, held, holders.
+nlohmann::json key_json(std::string_view key, const std::vector<LockInfo>& holders);
+// How many keys `holders` name, listed in key order as ListPage has them: what a list's limit
+// counts.
+std::size_t count_keys(const std::vector<LockInfo>& holders);
 
 }  // namespace dlock::cli

@@ -53,10 +53,11 @@ CLI::Option* add_duration_option(CLI::App& command, const std::string& name, Tar
 // Takes `key` as `wait` says: one attempt, a bounded wait, or forever.
 Attempt take_lock(const Client& client, std::string_view key, const WaitOptions& wait,
                   const LockOptions& options);
-// Why an attempt failed, for stderr: "'k' is held by O (token 7, 1 hold, 12.3s left)".
+// Why an attempt failed, for stderr: "'k' is busy: held by O (exclusive, token 7, 1 hold, 12.3s left)".
 std::string conflict_message(std::string_view key, const WaitOptions& wait, const Attempt& attempt);
-// "held by O (token 7, 1 hold, 12.3s left)"
-std::string describe_holder(const LockInfo& holder);
+// A key's holders, at least one: "held by O (exclusive, token 7, 1 hold, 12.3s left)", each
+// holder so, joined by " and by ", then the waiting owners where the store names them.
+std::string describe_holders(const std::vector<LockInfo>& holders);
 // "850ms", "10s", "12.3s", "4m05s", "2h03m".
 std::string format_duration(std::chrono::milliseconds duration);
 

@@ -340,7 +340,8 @@ test('admin page: list, live TTL, prefix search, force-release with reason and a
     assert.ok(holder.running, `dlock run exited: ${JSON.stringify(holder.exit)} ${holder.stderr}`);
     const s = await stack.status('orders/42');
     assert.equal(s.held, true);
-    return s;
+    assert.equal(s.holders.length, 1);
+    return s.holders[0];
   }, { timeout: 10_000 });
 
   const base = await stack.serve();
@@ -357,6 +358,7 @@ test('admin page: list, live TTL, prefix search, force-release with reason and a
 
   const deploy = await stack.cells('#locks tbody tr[data-key="deploy/web"]');
   assert.equal(deploy.owner, 'deploy-17');
+  assert.equal(deploy.mode, 'exclusive');
   assert.equal(deploy.holds, '1');
   assert.equal(deploy.token, deployToken);
   const report = await stack.cells('#locks tbody tr[data-key="nightly/report"]');
@@ -477,6 +479,7 @@ test('admin page: list, live TTL, prefix search, force-release with reason and a
   await eventually('#detail shows orders/42', async () => {
     assert.equal((await page.textContent('#detail-key')).trim(), 'orders/42');
     assert.equal((await page.textContent('#detail-owner')).trim(), orders.owner);
+    assert.equal((await page.textContent('#detail-mode')).trim(), 'exclusive');
     assert.equal((await page.textContent('#detail-token')).trim(), String(orders.token));
     assert.equal((await page.textContent('#detail-holds')).trim(), '1');
     assert.match((await page.textContent('#detail-acquired')).trim(), /^\d{4}-\d\d-\d\d \d\d:\d\d:\d\d$/);
@@ -527,7 +530,8 @@ test('admin page: list, live TTL, prefix search, force-release with reason and a
   const response = await posted;
   assert.equal(response.request().method(), 'POST');
   assert.equal(response.status(), 200, `force-release answered ${response.status()}: ${await response.text()}`);
-  assert.deepEqual(JSON.parse(response.request().postData()), { key: 'orders/42', reason: 'runaway job', by: 'oncall', lock_delay: true });
+  assert.deepEqual(JSON.parse(response.request().postData()),
+    { key: 'orders/42', token: orders.token, reason: 'runaway job', by: 'oncall', lock_delay: true });
 
   // The holder learns of the loss at its next renewal and stops its command.
   const ran = await holder.waitExit(5000);
@@ -631,7 +635,7 @@ test('admin page: an evicted holder is marked; the key can be freed at once', { 
   const evict = async (route) => {
     const response = await route.fetch();
     const body = await response.json();
-    for (const lock of body.locks ?? [body]) {
+    for (const lock of body.locks ?? body.holders) {
       if (lock.key === 'deploy/web') Object.assign(lock, { evicted: true, hold_count: 0 });
     }
     await route.fulfill({ response, json: body });
@@ -669,7 +673,7 @@ test('admin page: an evicted holder is marked; the key can be freed at once', { 
   const response = await posted;
   assert.equal(response.status(), 200, await response.text());
   assert.deepEqual(JSON.parse(response.request().postData()),
-    { key: 'deploy/web', reason: 'deploy host is gone', by: '', lock_delay: false });
+    { key: 'deploy/web', token: Number(token), reason: 'deploy host is gone', by: '', lock_delay: false });
   await page.unrouteAll({ behavior: 'wait' });  // lets a marking in flight finish
 
   assert.equal((await stack.status('deploy/web')).held, false, 'deploy/web is still held');

@@ -138,8 +138,9 @@ TEST_F(CliTest, RunExportsTheLockToTheCommand) {
   EXPECT_EQ(key, "jobs/a");
   const json status = json::parse(status_line);
   EXPECT_TRUE(status["held"].get<bool>());
-  EXPECT_EQ(status["owner"], owner) << "DLOCK_OWNER is the holder the backend reports";
-  EXPECT_EQ(status["token"].get<std::uint64_t>(), std::stoull(token));
+  ASSERT_EQ(status["holders"].size(), 1u) << status;
+  EXPECT_EQ(status["holders"][0]["owner"], owner) << "DLOCK_OWNER is the holder the backend reports";
+  EXPECT_EQ(status["holders"][0]["token"].get<std::uint64_t>(), std::stoull(token));
 
   const Result second = dlock({"run", "jobs/a", "--", "/bin/sh", "-c", "echo $DLOCK_FENCING_TOKEN"});
   ASSERT_EQ(second.exit_code, 0) << second.err;
@@ -163,7 +164,7 @@ TEST_F(CliTest, RunNamesItsOwner) {
   EXPECT_TRUE(std::regex_match(owner, std::regex("nightly@" + std::string(host) + ":" + pid_of(named) +
                                                  "\\.[0-9]+/[0-9a-f]{16}")))
       << owner;
-  EXPECT_TRUE(contains(named.out, "k: held by " + owner + " (token")) << named.out;
+  EXPECT_TRUE(contains(named.out, "k: held by " + owner + " (exclusive, token")) << named.out;
 
   const Result by_command = dlock({"run", "k", "--", "/bin/sh", "-c", show});
   EXPECT_TRUE(owner_of(by_command).starts_with("sh@" + std::string(host) + ":")) << by_command.out;
@@ -300,7 +301,8 @@ TEST_F(CliTest, ForceReleaseKeepsTheKeyUntilTheEvictedCommandHasStopped) {
   const Result freed =
       dlock({"force-release", "--reason", "stuck deploy", "--by", "oncall", "--audit-log", path("audit.log"), "k"});
   ASSERT_EQ(freed.exit_code, 0) << freed.err;
-  EXPECT_TRUE(contains(freed.out, "no one else can take it until that holder has stopped")) << freed.out;
+  EXPECT_TRUE(contains(freed.out, "no one else can take it until each evicted holder has stopped"))
+      << freed.out;
   const json entry = json::parse(read("audit.log"));
   EXPECT_EQ(entry["by"], "oncall");
   EXPECT_EQ(entry["reason"], "stuck deploy");
@@ -514,15 +516,15 @@ class KeeperCliTest : public CliTest {
     EXPECT_EQ(taken.out, std::to_string(std::stoull(token)) + "\n")
         << "just the token, for T=$(dlock acquire ...)";
     EXPECT_EQ(keepers_of(key_).size(), 1u) << "one keeper process holds the lock";
-    EXPECT_TRUE(contains(status(url), key_ + ": held by deploy-17 (token " + token + ", 1 hold,"))
+    EXPECT_TRUE(contains(status(url), key_ + ": held by deploy-17 (exclusive, token " + token + ", 1 hold,"))
         << status(url);
 
     const Result busy = on(url, {"--json", "acquire", "--no-wait", "--owner", "other", key_});
     EXPECT_EQ(busy.exit_code, 1) << busy.err;
     const json conflict = json::parse(busy.out, nullptr, false);
     EXPECT_FALSE(conflict.value("acquired", true)) << busy.out;
-    EXPECT_TRUE(conflict.contains("holder") && conflict["holder"].is_object() &&
-                conflict["holder"].value("owner", "") == "deploy-17")
+    EXPECT_TRUE(conflict.contains("holders") && conflict["holders"].size() == 1 &&
+                conflict["holders"][0].value("owner", "") == "deploy-17")
         << busy.out;
     EXPECT_TRUE(contains(busy.err, "is busy: held by deploy-17")) << busy.err;
     EXPECT_EQ(keepers_of(key_).size(), 1u) << "the failed acquire left a process behind";
@@ -540,7 +542,7 @@ class KeeperCliTest : public CliTest {
     EXPECT_EQ(json::parse(one.out, nullptr, false).value("holds_left", -1), 1) << one.out;
     // Longer than a keeper takes to notice a loss (it asks a store that pushes nothing every second).
     std::this_thread::sleep_for(2500ms);
-    EXPECT_TRUE(contains(status(url), key_ + ": held by deploy-17 (token " + token + ", 1 hold,"))
+    EXPECT_TRUE(contains(status(url), key_ + ": held by deploy-17 (exclusive, token " + token + ", 1 hold,"))
         << status(url);
     EXPECT_EQ(keepers_of(key_).size(), 2u) << "releasing one of two holds ended a keeper";
 
@@ -565,7 +567,7 @@ class KeeperCliTest : public CliTest {
     ASSERT_EQ(again.exit_code, 0) << again.err;
     ASSERT_EQ(json::parse(again.out, nullptr, false).value("hold_count", 0), 2) << again.out;
     std::this_thread::sleep_until(first_returned + 3s);  // the first TTL is over, with a second to spare
-    EXPECT_TRUE(contains(status(url), key_ + ": held by o (token " + token + ", 1 hold,"))
+    EXPECT_TRUE(contains(status(url), key_ + ": held by o (exclusive, token " + token + ", 1 hold,"))
         << "the first keeper's TTL ended the re-entry's hold: " << status(url);
     EXPECT_EQ(keepers_of(key_).size(), 2u) << "the first keeper left while the re-entry's hold remained";
     EXPECT_TRUE(eventually([&] { return status(url) == key_ + ": free\n"; }, 15s)) << "the key never freed";
@@ -586,7 +588,8 @@ class KeeperCliTest : public CliTest {
     // Longer than a keeper takes to notice (a second, or a watch).
     std::this_thread::sleep_for(2500ms);
     const json closed = json::parse(on(url, {"--json", "status", key_}).out, nullptr, false);
-    EXPECT_TRUE(closed.value("evicted", false))
+    EXPECT_TRUE(closed.contains("holders") && closed["holders"].size() == 1 &&
+                closed["holders"][0].value("evicted", false))
         << "the keeper opened the key it was evicted from: " << closed;
     EXPECT_EQ(on(url, {"acquire", "--no-wait", "--owner", "deploy-18", key_}).exit_code, 1)
         << "the key is closed while the evicted script may still run";
@@ -656,17 +659,22 @@ TEST_F(CliTest, AcquireReleaseStatusListForceRelease) {
 
   const json status = json::parse(dlock({"--json", "status", "deploy"}).out);
   EXPECT_TRUE(status["held"].get<bool>());
-  EXPECT_EQ(status["owner"], "deploy-17");
-  EXPECT_EQ(status["hold_count"], 2);
-  EXPECT_GT(status["ttl_left_ms"].get<long long>(), 0);
-  EXPECT_LE(status["ttl_left_ms"].get<long long>(), 30000);
-  EXPECT_TRUE(contains(dlock({"status", "deploy"}).out, "deploy: held by deploy-17 (token"));
+  EXPECT_EQ(status["key"], "deploy");
+  ASSERT_EQ(status["holders"].size(), 1u) << status;
+  const json& holder = status["holders"][0];
+  EXPECT_EQ(holder["owner"], "deploy-17");
+  EXPECT_EQ(holder["mode"], "exclusive");
+  EXPECT_EQ(holder["hold_count"], 2);
+  EXPECT_GT(holder["ttl_left_ms"].get<long long>(), 0);
+  EXPECT_LE(holder["ttl_left_ms"].get<long long>(), 30000);
+  EXPECT_TRUE(contains(dlock({"status", "deploy"}).out, "deploy: held by deploy-17 (exclusive, token"));
 
   const Result busy = dlock({"--json", "acquire", "--no-wait", "--owner", "other", "deploy"});
   EXPECT_EQ(busy.exit_code, 1);
   const json conflict = json::parse(busy.out);
   EXPECT_FALSE(conflict["acquired"].get<bool>());
-  EXPECT_EQ(conflict["holder"]["owner"], "deploy-17");
+  ASSERT_EQ(conflict["holders"].size(), 1u) << conflict;
+  EXPECT_EQ(conflict["holders"][0]["owner"], "deploy-17");
 
   ASSERT_EQ(dlock({"acquire", "--owner", "x", "other/key"}).exit_code, 0);
   const json all = json::parse(dlock({"--json", "list"}).out);
@@ -683,9 +691,11 @@ TEST_F(CliTest, AcquireReleaseStatusListForceRelease) {
   EXPECT_EQ(rest["locks"][0]["key"], "other/key");
   const json prefixed = json::parse(dlock({"list", "--prefix", "other/", "--json"}).out);
   ASSERT_EQ(prefixed["locks"].size(), 1u);
+  EXPECT_EQ(all["locks"][0]["mode"], "exclusive");
   const Result table = dlock({"list"});
   EXPECT_TRUE(contains(table.out, "KEY")) << table.out;
-  EXPECT_TRUE(contains(table.out, "deploy-17")) << table.out;
+  EXPECT_TRUE(contains(table.out, "MODE")) << table.out;
+  EXPECT_TRUE(contains(table.out, "deploy-17  exclusive")) << table.out;
 
   const Result one = dlock({"release", "--json", "--owner", "deploy-17", "deploy"});
   ASSERT_EQ(one.exit_code, 0) << one.err;
@@ -705,7 +715,8 @@ TEST_F(CliTest, AcquireReleaseStatusListForceRelease) {
   ASSERT_EQ(freed.exit_code, 0) << freed.err;
   const json forced = json::parse(freed.out);
   EXPECT_TRUE(forced["released"].get<bool>());
-  EXPECT_EQ(forced["holder"]["owner"], "deploy-18");
+  ASSERT_EQ(forced["holders"].size(), 1u) << forced;
+  EXPECT_EQ(forced["holders"][0]["owner"], "deploy-18");
   EXPECT_FALSE(json::parse(dlock({"status", "--json", "deploy"}).out)["held"].get<bool>());
   const Result stale = dlock({"release", "--owner", "deploy-18", "--token",
                               retaken.out.substr(0, retaken.out.size() - 1), "deploy"});
@@ -719,9 +730,10 @@ TEST_F(CliTest, AcquireReleaseStatusListForceRelease) {
 TEST_F(CliTest, ReentryNeverShortensTheLease) {
   ASSERT_EQ(dlock({"acquire", "--owner", "o", "--ttl", "10m", "k"}).exit_code, 0);
   ASSERT_EQ(dlock({"acquire", "--owner", "o", "--ttl", "2s", "k"}).exit_code, 0);
-  const json status = json::parse(dlock({"--json", "status", "k"}).out);
-  EXPECT_EQ(status["hold_count"], 2);
-  EXPECT_GT(status["ttl_left_ms"].get<long long>(), 9 * 60 * 1000) << "the 2s re-entry shortened the 10m lease";
+  const json holder = json::parse(dlock({"--json", "status", "k"}).out)["holders"].at(0);
+  EXPECT_EQ(holder["hold_count"], 2);
+  EXPECT_GT(holder["ttl_left_ms"].get<long long>(), 9 * 60 * 1000)
+      << "the 2s re-entry shortened the 10m lease";
 }
 
 TEST_F(CliTest, ReleaseByAnotherOwnerIsRefused) {
@@ -732,11 +744,39 @@ TEST_F(CliTest, ReleaseByAnotherOwnerIsRefused) {
   EXPECT_TRUE(json::parse(dlock({"--json", "status", "k"}).out)["held"].get<bool>());
 }
 
+// --token names the one holder to evict: another token evicts nothing and is audited nowhere.
+TEST_F(CliTest, ForceReleaseByToken) {
+  const Result taken = dlock({"acquire", "--owner", "alice", "k"});
+  ASSERT_EQ(taken.exit_code, 0) << taken.err;
+  const std::uint64_t token = std::stoull(taken.out);
+  const Result wrong = dlock({"--json", "force-release", "--token", std::to_string(token + 1), "-r", "test",
+                              "--audit-log", path("audit.log"), "k"});
+  ASSERT_EQ(wrong.exit_code, 0) << wrong.err;
+  const json nothing = json::parse(wrong.out);
+  EXPECT_FALSE(nothing["released"].get<bool>()) << nothing;
+  EXPECT_TRUE(nothing["holders"].empty()) << nothing;
+  EXPECT_TRUE(contains(dlock({"force-release", "--token", std::to_string(token + 1), "-r", "test",
+                              "--audit-log", path("audit.log"), "k"})
+                           .out,
+                       "'k' had no holder with token " + std::to_string(token + 1)));
+  EXPECT_EQ(read("audit.log"), "") << "a force-release that evicted nothing was audited";
+  EXPECT_FALSE(json::parse(dlock({"--json", "status", "k"}).out)["holders"].at(0)["evicted"].get<bool>());
+
+  const Result right = dlock({"force-release", "--token", std::to_string(token), "--no-lock-delay", "-r",
+                              "test", "--audit-log", path("audit.log"), "k"});
+  ASSERT_EQ(right.exit_code, 0) << right.err;
+  EXPECT_TRUE(contains(
+      right.out, "force-released 'k', which was held by alice (exclusive, token " + std::to_string(token)))
+      << right.out;
+  EXPECT_EQ(json::parse(read("audit.log"))["token"].get<std::uint64_t>(), token);
+  EXPECT_EQ(dlock({"status", "k"}).out, "k: free\n");
+}
+
 TEST_F(CliTest, GlobalOptionsWorkAfterTheSubcommandAndUrlBeatsTheEnvironment) {
   ASSERT_EQ(dlock({"acquire", "--owner", "o", "k"}).exit_code, 0);
   const Result result = start({"status", "k", "--url", url_, "--json"}, "bogus-url-from-environment")->wait();
   ASSERT_EQ(result.exit_code, 0) << result.err;
-  EXPECT_EQ(json::parse(result.out)["owner"], "o");
+  EXPECT_EQ(json::parse(result.out)["holders"].at(0)["owner"], "o");
   const Result from_env = start({"status", "k"}, "bogus-url-from-environment")->wait();
   EXPECT_EQ(from_env.exit_code, 69);
   EXPECT_TRUE(contains(from_env.err, "bogus-url-from-environment")) << from_env.err;

@@ -389,7 +389,7 @@ TEST_F(RunFaultsTest, AcquireOnMysqlSessionModeHoldsUntilItsTtlOrRelease) {
   ASSERT_EQ(taken.exit_code, 0) << taken.err;
   const std::string token = taken.out.substr(0, taken.out.find('\n'));
   EXPECT_EQ(taken.out, std::to_string(std::stoull(token)) + "\n") << "just the token";
-  EXPECT_TRUE(contains(status(), key_ + ": held by me (token " + token + ", 1 hold,")) << status();
+  EXPECT_TRUE(contains(status(), key_ + ": held by me (exclusive, token " + token + ", 1 hold,")) << status();
   EXPECT_EQ(keepers_of(key_).size(), 1u) << "one keeper process holds the lock";
   ASSERT_TRUE(dlock::test::eventually([&] { return status() == key_ + ": free\n"; }, 20s))
       << "the key did not free at its 3 s TTL";

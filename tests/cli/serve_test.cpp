@@ -70,6 +70,13 @@ json field(const json& object, const std::string& name) {
   return object.is_object() && object.contains(name) ? object.at(name) : json();
 }
 
+// The one entry of an array of holders (a key's "holders", a force-release's "released") or of
+// audit entries: every store grants only exclusive holds, one holder per key.
+json sole(const json& entries) {
+  EXPECT_TRUE(entries.is_array() && entries.size() == 1) << "not one entry: " << entries;
+  return entries.is_array() && entries.size() == 1 ? entries[0] : json();
+}
+
 // The lines of a text, without their newlines.
 std::vector<std::string> lines_of(const std::string& text) {
   std::vector<std::string> lines;
@@ -214,6 +221,8 @@ class ServeTest : public ::testing::Test {
     EXPECT_EQ(result.exit_code, 0) << result.err;
     return json::parse(result.out, nullptr, false);
   }
+  // The one holder `dlock --json status KEY` names.
+  json holder(const std::string& key) const { return sole(field(status(key), "holders")); }
 
   httplib::Client http() const {
     httplib::Client client("127.0.0.1", port_);
@@ -283,6 +292,7 @@ void expect_lock(const json& lock, const std::string& key, std::uint64_t token, 
                  const std::string& owner = "holder-1") {
   EXPECT_EQ(field(lock, "key"), key) << lock;
   EXPECT_EQ(field(lock, "owner"), owner) << lock;
+  EXPECT_EQ(field(lock, "mode"), "exclusive") << lock;
   EXPECT_EQ(field(lock, "token"), token) << lock;
   EXPECT_EQ(field(lock, "hold_count"), hold_count) << lock;
   const json ttl = field(lock, "ttl_left_ms");
@@ -321,7 +331,8 @@ TEST_F(ServeTest, HealthzAnswers) {
   const std::vector<std::string> names = {"spans_processes",          "holds_outlive_the_client",
                                           "frees_when_holder_dies",   "lease_is_the_session",
                                           "records_acquisition_time", "counts_waiters",
-                                          "names_waiters",            "notifies_evictions"};
+                                          "names_waiters",            "shared_holders",
+                                          "notifies_evictions"};
   EXPECT_EQ(capabilities.size(), names.size()) << capabilities;
   for (const auto& name : names) {
     EXPECT_TRUE(field(capabilities, name).is_boolean()) << name << ": " << capabilities;
@@ -329,6 +340,7 @@ TEST_F(ServeTest, HealthzAnswers) {
   const bool session = backend_ == "zookeeper" || contains(url_, "mode=session");
   EXPECT_EQ(field(capabilities, "lease_is_the_session"), session) << url_ << ": " << capabilities;
   EXPECT_EQ(field(capabilities, "spans_processes"), true) << capabilities;
+  EXPECT_EQ(field(capabilities, "shared_holders"), false) << "no store grants shared holds yet";
   EXPECT_EQ(reply.doc.size(), 3u) << "more than ok, the scheme and the capabilities: " << reply.body;
   stop();
 }
@@ -411,12 +423,13 @@ TEST_F(ServeTest, InspectHeldAndFree) {
 
   const Reply held = get("/api/lock", {{"key", "jobs/nightly report"}});
   ASSERT_EQ(held.status, 200) << held.body;
-  expect_lock(held.doc, "jobs/nightly report", token, 2);
+  expect_lock(sole(field(held.doc, "holders")), "jobs/nightly report", token, 2);
+  EXPECT_EQ(field(held.doc, "key"), "jobs/nightly report") << held.body;
   EXPECT_EQ(field(held.doc, "held"), true) << held.body;
 
   const Reply free = get("/api/lock", {{"key", "nightly"}});
   EXPECT_EQ(free.status, 404) << free.body;
-  EXPECT_EQ(free.doc, json({{"key", "nightly"}, {"held", false}})) << free.body;
+  EXPECT_EQ(free.doc, json({{"key", "nightly"}, {"held", false}, {"holders", json::array()}})) << free.body;
   stop();
 }
 
@@ -429,13 +442,14 @@ TEST_F(ServeTest, ForceReleaseFreesTheKeyAndIsAudited) {
   const Reply freed = force_release(
       {{"key", "deploy"}, {"reason", "stuck after host crash"}, {"by", "alice"}, {"lock_delay", false}});
   ASSERT_EQ(freed.status, 200) << freed.body;
-  expect_lock(field(freed.doc, "released"), "deploy", token);
-  const json audit = field(freed.doc, "audit");
+  expect_lock(sole(field(freed.doc, "released")), "deploy", token);
+  const json audit = sole(field(freed.doc, "audit"));
   EXPECT_EQ(field(audit, "by"), "alice") << audit;
   EXPECT_EQ(field(audit, "from"), "127.0.0.1") << audit;
   EXPECT_EQ(field(audit, "reason"), "stuck after host crash") << audit;
   EXPECT_EQ(field(audit, "key"), "deploy") << audit;
   EXPECT_EQ(field(audit, "owner"), "holder-1") << audit;
+  EXPECT_EQ(field(audit, "mode"), "exclusive") << audit;
   EXPECT_EQ(field(audit, "token"), token) << audit;
   const json at = field(audit, "at");
   ASSERT_TRUE(at.is_string()) << audit;
@@ -444,7 +458,7 @@ TEST_F(ServeTest, ForceReleaseFreesTheKeyAndIsAudited) {
   const json after = status("deploy");
   EXPECT_EQ(field(after, "held"), false) << after;
   EXPECT_EQ(get("/api/lock", {{"key", "deploy"}}).status, 404);
-  EXPECT_EQ(field(status("nightly"), "token"), other) << "only the named key is freed";
+  EXPECT_EQ(field(holder("nightly"), "token"), other) << "only the named key is freed";
 
   const std::vector<json> logged = audit_file();
   ASSERT_EQ(logged.size(), 1u) << read("audit.log");
@@ -452,23 +466,24 @@ TEST_F(ServeTest, ForceReleaseFreesTheKeyAndIsAudited) {
 
   const Reply again = force_release({{"key", "deploy"}, {"reason", "twice"}, {"by", "alice"}, {"lock_delay", false}});
   EXPECT_EQ(again.status, 404) << again.body;
-  EXPECT_EQ(again.doc, json({{"key", "deploy"}, {"held", false}})) << again.body;
+  EXPECT_EQ(again.doc, json({{"key", "deploy"}, {"released", json::array()}})) << again.body;
 
   // Without "by", the entry says anonymous; the listing is newest first.
   const Reply anonymous = force_release({{"key", "nightly"}, {"reason", "cron host retired"}, {"lock_delay", false}});
   ASSERT_EQ(anonymous.status, 200) << anonymous.body;
-  expect_lock(field(anonymous.doc, "released"), "nightly", other, 1, "cron-7");
-  EXPECT_EQ(field(field(anonymous.doc, "audit"), "by"), "anonymous") << anonymous.body;
+  expect_lock(sole(field(anonymous.doc, "released")), "nightly", other, 1, "cron-7");
+  const json anonymous_audit = sole(field(anonymous.doc, "audit"));
+  EXPECT_EQ(field(anonymous_audit, "by"), "anonymous") << anonymous.body;
 
   const Reply listing = get("/api/audit");
   ASSERT_EQ(listing.status, 200) << listing.body;
   const json entries = field(listing.doc, "entries");
   ASSERT_EQ(entries.size(), 2u) << listing.body;
-  EXPECT_EQ(entries[0], field(anonymous.doc, "audit"));
+  EXPECT_EQ(entries[0], anonymous_audit);
   EXPECT_EQ(entries[1], audit);
   const json newest = field(get("/api/audit", {{"limit", "1"}}).doc, "entries");
   ASSERT_EQ(newest.size(), 1u) << newest;
-  EXPECT_EQ(newest[0], field(anonymous.doc, "audit"));
+  EXPECT_EQ(newest[0], anonymous_audit);
   EXPECT_EQ(audit_file().size(), 2u) << read("audit.log");
 
   const Result retaken = dlock({"acquire", "--no-wait", "--owner", "holder-2", "deploy"});
@@ -480,6 +495,26 @@ TEST_F(ServeTest, ForceReleaseFreesTheKeyAndIsAudited) {
 // The on-call path end to end: a `dlock run` holds the key in another process; the API's
 // force-release frees it, and the holder learns of it at its next renewal and stops its
 // command (exit 75).
+// "token" names the one holder to evict: the one the page shows, not whoever holds the key by
+// the time the request comes. Another token evicts nothing.
+TEST_F(ServeTest, ForceReleaseByToken) {
+  const std::uint64_t token = hold("deploy");
+  ASSERT_TRUE(serve());
+  const Reply wrong = force_release({{"key", "deploy"}, {"token", token + 1}, {"reason", "r"}});
+  EXPECT_EQ(wrong.status, 404) << wrong.body;
+  EXPECT_EQ(wrong.doc, json({{"key", "deploy"}, {"released", json::array()}})) << wrong.body;
+  EXPECT_EQ(field(holder("deploy"), "evicted"), false) << "a wrong token evicted the holder";
+  EXPECT_TRUE(audit_file().empty()) << read("audit.log");
+
+  const Reply right =
+      force_release({{"key", "deploy"}, {"token", token}, {"reason", "r"}, {"lock_delay", false}});
+  ASSERT_EQ(right.status, 200) << right.body;
+  expect_lock(sole(field(right.doc, "released")), "deploy", token);
+  EXPECT_EQ(field(sole(audit_file()), "token"), token) << read("audit.log");
+  EXPECT_EQ(field(status("deploy"), "held"), false);
+  stop();
+}
+
 TEST_F(ServeTest, ForceReleaseStopsTheHoldersCommand) {
   Process holder({kDlock, "--url", url_, "run", "--ttl", "900ms", "job", "--", "sleep", "60"}, env());
   const auto deadline = Clock::now() + 5s;
@@ -517,13 +552,13 @@ TEST_F(ServeTest, ForceReleaseRefusesCrossSiteRequests) {
 
   const json still = status("deploy");
   EXPECT_EQ(field(still, "held"), true) << still;
-  EXPECT_EQ(field(still, "token"), token) << still;
+  EXPECT_EQ(field(sole(field(still, "holders")), "token"), token) << still;
   EXPECT_TRUE(audit_file().empty()) << read("audit.log");
 
   // The page's own origin may.
   const Reply same = post("/api/force-release", body, "application/json", {{"Origin", self}});
   EXPECT_EQ(same.status, 200) << same.body;
-  EXPECT_EQ(field(status("deploy"), "evicted"), true) << "evicted, behind the default lock delay";
+  EXPECT_EQ(field(holder("deploy"), "evicted"), true) << "evicted, behind the default lock delay";
   EXPECT_EQ(audit_file().size(), 1u) << read("audit.log");
   stop();
 }
@@ -534,27 +569,29 @@ TEST_F(ServeTest, AuditLogSurvivesARestart) {
   ASSERT_TRUE(serve());
   const Reply first = force_release({{"key", "first"}, {"reason", "before the restart"}, {"by", "bob"}});
   ASSERT_EQ(first.status, 200) << first.body;
+  const json first_audit = sole(field(first.doc, "audit"));
   stop();
 
   ASSERT_TRUE(serve());
   const Reply kept = get("/api/audit");
   ASSERT_EQ(kept.status, 200) << kept.body;
   ASSERT_EQ(field(kept.doc, "entries").size(), 1u) << kept.body;
-  EXPECT_EQ(field(kept.doc, "entries")[0], field(first.doc, "audit"));
+  EXPECT_EQ(field(kept.doc, "entries")[0], first_audit);
 
   const Reply second = force_release({{"key", "second"}, {"reason", "after the restart"}, {"by", "bob"}});
   ASSERT_EQ(second.status, 200) << second.body;
-  EXPECT_EQ(field(field(second.doc, "audit"), "token"), second_token);
+  const json second_audit = sole(field(second.doc, "audit"));
+  EXPECT_EQ(field(second_audit, "token"), second_token);
   const json entries = field(get("/api/audit").doc, "entries");
   ASSERT_EQ(entries.size(), 2u) << entries;
-  EXPECT_EQ(entries[0], field(second.doc, "audit"));
-  EXPECT_EQ(entries[1], field(first.doc, "audit"));
+  EXPECT_EQ(entries[0], second_audit);
+  EXPECT_EQ(entries[1], first_audit);
   stop();
 
   const std::vector<json> logged = audit_file();
   ASSERT_EQ(logged.size(), 2u) << read("audit.log");
-  EXPECT_EQ(logged[0], field(first.doc, "audit"));
-  EXPECT_EQ(logged[1], field(second.doc, "audit"));
+  EXPECT_EQ(logged[0], first_audit);
+  EXPECT_EQ(logged[1], second_audit);
 }
 
 TEST_F(ServeTest, NonLoopbackWithoutTokenRefusesToStart) {
@@ -610,7 +647,7 @@ TEST_F(ServeTest, TokenRequiredAndNeverEchoed) {
   EXPECT_EQ(get("/metrics", {}, good).status, 200);
   const Reply freed = force_release({{"key", "deploy"}, {"reason", "with the token"}}, good);
   ASSERT_EQ(freed.status, 200) << freed.body;
-  EXPECT_EQ(field(field(freed.doc, "released"), "token"), held);
+  EXPECT_EQ(field(sole(field(freed.doc, "released")), "token"), held);
   EXPECT_EQ(get("/api/audit", {}, good).status, 200);
   const Result result = stop();
 
@@ -708,7 +745,7 @@ TEST_F(ServeTest, DnsRebindingHostIsRefused) {
   EXPECT_TRUE(post.status == 403 || post.status == 421) << post.status << " " << post.body;
   const json still = status("deploy");
   EXPECT_EQ(field(still, "held"), true) << still;
-  EXPECT_EQ(field(still, "token"), token) << still;
+  EXPECT_EQ(field(sole(field(still, "holders")), "token"), token) << still;
   EXPECT_TRUE(audit_file().empty()) << read("audit.log");
 
   // Another port of a loopback name, or no port (80), is another server.
@@ -878,6 +915,9 @@ TEST_F(ServeTest, ForceReleaseBodyFieldTypesAreChecked) {
       {R"({"key":"deploy","reason":"r","lock_delay":"no"})", "lock_delay"},
       {R"({"key":"deploy","reason":"r","lock_delay":0})", "lock_delay"},
       {R"({"key":"deploy","reason":"r","lockdelay":false})", "lockdelay"},
+      {R"({"key":"deploy","reason":"r","token":"7"})", "token"},
+      {R"({"key":"deploy","reason":"r","token":-7})", "token"},
+      {R"({"key":"deploy","reason":"r","token":7.5})", "token"},
   };
   for (const auto& [body, name] : cases) {
     const Reply reply = post("/api/force-release", body, "application/json");
@@ -935,22 +975,22 @@ TEST_F(ServeTest, ForceReleaseLockDelayIsAudited) {
   hold("at-once");
   ASSERT_TRUE(serve());
   const Reply held = get("/api/lock", {{"key", "delayed"}});
-  EXPECT_EQ(field(held.doc, "evicted"), false) << held.body;
+  EXPECT_EQ(field(sole(field(held.doc, "holders")), "evicted"), false) << held.body;
   const Reply listed = get("/api/locks");
   ASSERT_EQ(field(listed.doc, "locks").size(), 2u) << listed.body;
   for (const auto& lock : field(listed.doc, "locks")) EXPECT_EQ(field(lock, "evicted"), false) << lock;
 
   const Reply at_once = force_release({{"key", "at-once"}, {"reason", "r"}, {"lock_delay", false}});
   ASSERT_EQ(at_once.status, 200) << at_once.body;
-  EXPECT_EQ(field(field(at_once.doc, "audit"), "lock_delay"), false) << at_once.body;
-  EXPECT_EQ(field(field(at_once.doc, "released"), "evicted"), false) << at_once.body;
+  EXPECT_EQ(field(sole(field(at_once.doc, "audit")), "lock_delay"), false) << at_once.body;
+  EXPECT_EQ(field(sole(field(at_once.doc, "released")), "evicted"), false) << at_once.body;
   EXPECT_EQ(get("/api/lock", {{"key", "at-once"}}).status, 404) << "the key is free at once";
   const Result next = dlock({"acquire", "--no-wait", "--owner", "holder-2", "at-once"});
   EXPECT_EQ(next.exit_code, 0) << next.err;
 
   const Reply delayed = force_release({{"key", "delayed"}, {"reason", "r"}});
   ASSERT_EQ(delayed.status, 200) << delayed.body;
-  EXPECT_EQ(field(field(delayed.doc, "audit"), "lock_delay"), true) << delayed.body;
+  EXPECT_EQ(field(sole(field(delayed.doc, "audit")), "lock_delay"), true) << delayed.body;
   const std::vector<json> logged = audit_file();
   ASSERT_EQ(logged.size(), 2u) << read("audit.log");
   EXPECT_EQ(field(logged[0], "lock_delay"), false);
@@ -966,9 +1006,10 @@ TEST_F(ServeTest, ForceReleaseLockDelayShowsTheEvictedHolder) {
   ASSERT_EQ(force_release({{"key", "deploy"}, {"reason", "r"}}).status, 200);
   const Reply closed = get("/api/lock", {{"key", "deploy"}});
   ASSERT_EQ(closed.status, 200) << "the default force-release must keep the evicted holder: " << closed.body;
-  EXPECT_EQ(field(closed.doc, "evicted"), true) << closed.body;
-  EXPECT_EQ(field(closed.doc, "token"), token) << closed.body;
-  EXPECT_EQ(field(closed.doc, "hold_count"), 0) << closed.body;
+  const json evicted = sole(field(closed.doc, "holders"));
+  EXPECT_EQ(field(evicted, "evicted"), true) << closed.body;
+  EXPECT_EQ(field(evicted, "token"), token) << closed.body;
+  EXPECT_EQ(field(evicted, "hold_count"), 0) << closed.body;
   const json listed = field(get("/api/locks").doc, "locks");
   ASSERT_EQ(listed.size(), 1u) << listed;
   EXPECT_EQ(field(listed[0], "evicted"), true) << listed;
@@ -977,7 +1018,7 @@ TEST_F(ServeTest, ForceReleaseLockDelayShowsTheEvictedHolder) {
 
   const Reply opened = force_release({{"key", "deploy"}, {"reason", "r"}, {"lock_delay", false}});
   ASSERT_EQ(opened.status, 200) << opened.body;
-  EXPECT_EQ(field(field(opened.doc, "released"), "evicted"), true) << opened.body;
+  EXPECT_EQ(field(sole(field(opened.doc, "released")), "evicted"), true) << opened.body;
   EXPECT_EQ(get("/api/lock", {{"key", "deploy"}}).status, 404);
   stop();
 }
