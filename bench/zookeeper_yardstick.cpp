@@ -7,25 +7,33 @@
 //       - a lock cycle's server work: create of an EPHEMERAL_SEQUENTIAL child under a parent,
 //         getChildren of the parent, delete of that child (two writes, each committed to the
 //         transaction log before the reply); the three calls are also reported on their own;
-//   - between two sessions, B holding a node and A watching it with an exists-watch:
+//   - between two sessions in two processes, B (the holder) holding a node and A watching it
+//     with an exists-watch; B holds for the workload's hold (1 ms, as `dlock bench`
+//     contended) before it deletes, so the server and both clients wake from idle as in a
+//     handoff under that workload:
 //       - delete-to-watcher: from just before B's delete call to A's watcher firing (on A's
-//         completion thread): the wake-up a handoff adds;
+//         completion thread): the wake-up a handoff adds; also back to back (no hold);
 //       - delete-to-watcher plus one read: the same, until a thread of A, woken by the watcher,
-//         has the parent's children back (a waiter checking that it is now first).
+//         has the parent's children back (a waiter checking that it is now first);
+//       - that again while B creates a node right after its delete, as a contended holder
+//         queues again.
 //
 //   g++ -O2 -std=c++20 bench/zookeeper_yardstick.cpp -lzookeeper_mt -o yardstick
-//   ./yardstick HOST PORT [ITERATIONS]
+//   ./yardstick HOST PORT [ITERATIONS [HOLD_MS]]
 
 // zookeeper.h declares the synchronous calls only under THREADED (libzookeeper_mt's API).
 #ifndef THREADED
 #define THREADED
 #endif
+#include <sys/wait.h>
+#include <unistd.h>
 #include <zookeeper/zookeeper.h>
 
 #include <algorithm>
 #include <chrono>
 #include <condition_variable>
 #include <cstdio>
+#include <cstdint>
 #include <cstdlib>
 #include <functional>
 #include <mutex>
@@ -182,28 +190,131 @@ struct Reader {
   }
 };
 
+// B, the holder, as in `dlock bench`: a process of its own with its own session, which makes a
+// node, holds it for the workload's hold, deletes it and (as a contended holder queues again)
+// may create another right after. Forked before A's session starts its threads; driven over
+// pipes outside the timed span.
+class Holder {
+ public:
+  Holder(const std::string& hosts, std::chrono::microseconds hold) {
+    int down[2], up[2];
+    if (::pipe(down) != 0 || ::pipe(up) != 0) {
+      std::perror("yardstick: pipe");
+      std::exit(1);
+    }
+    pid_ = ::fork();
+    if (pid_ < 0) {
+      std::perror("yardstick: fork");
+      std::exit(1);
+    }
+    if (pid_ == 0) {
+      ::close(down[1]);
+      ::close(up[0]);
+      serve(hosts, hold, down[0], up[1]);
+      std::_Exit(0);
+    }
+    ::close(down[0]);
+    ::close(up[1]);
+    to_ = down[1];
+    from_ = up[0];
+  }
+  Holder(const Holder&) = delete;
+  Holder& operator=(const Holder&) = delete;
+  ~Holder() {
+    ::close(to_);  // the holder ends on end of file
+    ::close(from_);
+    ::waitpid(pid_, nullptr, 0);
+  }
+
+  // Makes B's node; its path.
+  std::string create() {
+    send('c');
+    char path[256];
+    receive(path, sizeof path);
+    return path;
+  }
+  // B holds, then deletes its node (and with `requeue` creates another at once); when the
+  // delete call began.
+  Clock::time_point release(bool requeue) {
+    send(requeue ? 'r' : 'd');
+    std::int64_t start_ns = 0;
+    receive(&start_ns, sizeof start_ns);
+    return Clock::time_point(std::chrono::nanoseconds(start_ns));
+  }
+  // Deletes the node a requeue made.
+  void tidy() {
+    send('x');
+    char ok;
+    receive(&ok, 1);
+  }
+
+ private:
+  static void serve(const std::string& hosts, std::chrono::microseconds hold, int in, int out) {
+    Session b(hosts);
+    char path[256] = {}, again[256] = {};
+    for (char command; ::read(in, &command, 1) == 1;) {
+      if (command == 'c') {
+        check(zoo_create(b.zh, "/dlock-yardstick/handoff/b-", "", 0, &ZOO_OPEN_ACL_UNSAFE, ZOO_EPHEMERAL_SEQUENTIAL,
+                         path, sizeof path),
+              "create (B)");
+        write_all(out, path, sizeof path);
+      } else if (command == 'd' || command == 'r') {
+        if (hold.count() > 0) std::this_thread::sleep_for(hold);
+        const auto start = Clock::now();
+        check(zoo_delete(b.zh, path, -1), "delete (B)");
+        if (command == 'r') {
+          check(zoo_create(b.zh, "/dlock-yardstick/handoff/b-", "", 0, &ZOO_OPEN_ACL_UNSAFE,
+                           ZOO_EPHEMERAL_SEQUENTIAL, again, sizeof again),
+                "create again (B)");
+        }
+        const std::int64_t start_ns =
+            std::chrono::duration_cast<std::chrono::nanoseconds>(start.time_since_epoch()).count();
+        write_all(out, &start_ns, sizeof start_ns);
+      } else if (command == 'x') {
+        check(zoo_delete(b.zh, again, -1), "delete again (B)");
+        write_all(out, "k", 1);
+      }
+    }
+  }
+  static void write_all(int fd, const void* data, std::size_t size) {
+    if (::write(fd, data, size) != static_cast<ssize_t>(size)) std::_Exit(1);  // pipe writes this small are whole
+  }
+  void send(char command) const {
+    if (::write(to_, &command, 1) != 1) {
+      std::fprintf(stderr, "yardstick: the holder process is gone\n");
+      std::exit(1);
+    }
+  }
+  void receive(void* data, std::size_t size) const {
+    auto* p = static_cast<char*>(data);
+    while (size > 0) {
+      const ssize_t n = ::read(from_, p, size);
+      if (n <= 0) {
+        std::fprintf(stderr, "yardstick: the holder process is gone\n");
+        std::exit(1);
+      }
+      p += n;
+      size -= static_cast<std::size_t>(n);
+    }
+  }
+
+  pid_t pid_ = -1;
+  int to_ = -1, from_ = -1;
+};
+
 // One handoff sample: B creates a child of the handoff parent, A sets an exists-watch on it,
-// B deletes it. Returns µs from just before B's delete call to the watcher firing, or with a
-// reader, to the reader's getChildren returning. With `requeue`, B creates a child again right
-// after its delete, as a contended holder queues for the key again: a standalone server passes
-// a read on only after the writes before it are on disk, so A's read may wait for that fsync.
-double handoff(zhandle_t* a, zhandle_t* b, Reader* reader, bool requeue = false) {
-  char path[256];
-  check(zoo_create(b, "/dlock-yardstick/handoff/b-", "", 0, &ZOO_OPEN_ACL_UNSAFE, ZOO_EPHEMERAL_SEQUENTIAL,
-                   path, sizeof path),
-        "create (B)");
+// B holds it and deletes it. Returns µs from just before B's delete call to the watcher
+// firing, or with a reader, to the reader's getChildren returning. With `requeue`, B creates a
+// child again right after its delete, as a contended holder queues for the key again: a
+// standalone server passes a read on only after the writes before it are on disk, so A's read
+// may wait for that fsync.
+double handoff(zhandle_t* a, Holder& b, Reader* reader, bool requeue = false) {
+  const std::string path = b.create();
   Watch watch;
   Stat stat;
-  check(zoo_wexists(a, path, Watch::on_event, &watch, &stat), "exists-watch (A)");
+  check(zoo_wexists(a, path.c_str(), Watch::on_event, &watch, &stat), "exists-watch (A)");
   if (reader) reader->arm(&watch);
-  const auto start = Clock::now();
-  check(zoo_delete(b, path, -1), "delete (B)");
-  char again[256];
-  if (requeue) {
-    check(zoo_create(b, "/dlock-yardstick/handoff/b-", "", 0, &ZOO_OPEN_ACL_UNSAFE, ZOO_EPHEMERAL_SEQUENTIAL, again,
-                     sizeof again),
-          "create again (B)");
-  }
+  const auto start = b.release(requeue);
   double sample = 0;
   if (reader) {
     sample = us_between(start, reader->wait());
@@ -211,7 +322,7 @@ double handoff(zhandle_t* a, zhandle_t* b, Reader* reader, bool requeue = false)
     watch.wait();
     sample = us_between(start, watch.fired_at);
   }
-  if (requeue) check(zoo_delete(b, again, -1), "delete again (B)");
+  if (requeue) b.tidy();
   return sample;
 }
 
@@ -219,12 +330,16 @@ double handoff(zhandle_t* a, zhandle_t* b, Reader* reader, bool requeue = false)
 
 int main(int argc, char** argv) {
   if (argc < 3) {
-    std::fprintf(stderr, "usage: %s HOST PORT [ITERATIONS]\n", argv[0]);
+    std::fprintf(stderr, "usage: %s HOST PORT [ITERATIONS [HOLD_MS]]\n", argv[0]);
     return 64;
   }
   const std::string hosts = std::string(argv[1]) + ":" + argv[2];
   const int n = argc > 3 ? std::atoi(argv[3]) : 20000;
+  const std::chrono::milliseconds hold(argc > 4 ? std::atoi(argv[4]) : 1);
   zoo_set_debug_level(ZOO_LOG_LEVEL_WARN);
+  // Before any session's threads start.
+  Holder holding(hosts, hold);
+  Holder back_to_back(hosts, std::chrono::microseconds(0));
 
   Session a(hosts);
   zhandle_t* zh = a.zh;
@@ -289,23 +404,27 @@ int main(int argc, char** argv) {
   report("  getChildren, 1 child (in the cycle)", children_us);
   report("  delete (in the cycle)", delete_us);
 
-  // The handoff floors, in alternating rounds too. B is a session of its own, as the holder
-  // is another process.
+  // The handoff floors, in alternating rounds too: after the workload's hold, as in `dlock
+  // bench`, where the server and both clients idle while the holder holds (waking from that
+  // idle takes longer than from the last request), and back to back for comparison.
   const int wakes = std::max(kRounds, std::min(n, 5000));
-  std::vector<double> wake_us, wake_read_us, wake_read_requeue_us;
+  std::vector<double> eager_wake_us, wake_us, wake_read_us, wake_read_requeue_us;
   {
-    Session b(hosts);
     Reader reader(zh);
-    for (int i = 0; i < std::min(wakes, 500); ++i) handoff(zh, b.zh, &reader);
+    for (int i = 0; i < std::min(wakes, 500); ++i) handoff(zh, back_to_back, &reader);
     for (int round = 0; round < kRounds; ++round) {
-      for (int i = 0; i < wakes / kRounds; ++i) wake_us.push_back(handoff(zh, b.zh, nullptr));
-      for (int i = 0; i < wakes / kRounds; ++i) wake_read_us.push_back(handoff(zh, b.zh, &reader));
-      for (int i = 0; i < wakes / kRounds; ++i) wake_read_requeue_us.push_back(handoff(zh, b.zh, &reader, true));
+      for (int i = 0; i < wakes / kRounds; ++i) eager_wake_us.push_back(handoff(zh, back_to_back, nullptr));
+      for (int i = 0; i < wakes / kRounds; ++i) wake_us.push_back(handoff(zh, holding, nullptr));
+      for (int i = 0; i < wakes / kRounds; ++i) wake_read_us.push_back(handoff(zh, holding, &reader));
+      for (int i = 0; i < wakes / kRounds; ++i) wake_read_requeue_us.push_back(handoff(zh, holding, &reader, true));
     }
   }
-  report("delete to exists-watcher (wake)", wake_us);
-  report("delete to exists-watcher plus one getChildren", wake_read_us);
-  report("delete to exists-watcher plus one getChildren, the holder queuing again", wake_read_requeue_us);
+  const std::string after = ", after a " + std::to_string(hold.count()) + " ms hold";
+  report("delete to exists-watcher (wake), back to back", eager_wake_us);
+  report(("delete to exists-watcher (wake)" + after).c_str(), wake_us);
+  report(("delete to exists-watcher plus one getChildren" + after).c_str(), wake_read_us);
+  report(("delete to exists-watcher plus one getChildren, the holder queuing again" + after).c_str(),
+         wake_read_requeue_us);
 
   zoo_delete(zh, kCycleParent, -1);
   zoo_delete(zh, kHandoffParent, -1);
