@@ -56,6 +56,7 @@ if(DLOCK_WITH_MYSQL)
     src/backends/mysql/connection.cpp
     src/backends/mysql/lease_mode.cpp
     src/backends/mysql/mysql_backend.cpp
+    src/backends/mysql/pool.cpp
     src/backends/mysql/row_mode.cpp
     src/backends/mysql/session_mode.cpp)
   target_include_directories(dlock_objects PRIVATE ${MariaDB_INCLUDE_DIRS})

@@ -17,6 +17,7 @@
 #include <vector>
 
 #include "backends/mysql/connection.hpp"
+#include "backends/mysql/pool.hpp"
 #include "dlock/backend.hpp"
 #include "dlock/types.hpp"
 
