@@ -176,8 +176,11 @@ ModeBackend::Attempt ModeBackend::attempt_for(const backend::AcquireRequest& req
 
 void ModeBackend::remember(std::string_view key, std::string_view owner, std::uint64_t connection_serial,
                            std::uint64_t token) {
-  std::lock_guard lock(sessions_mutex_);
-  sessions_[{std::string(key), std::string(owner)}] = Remembered{connection_serial, token};
+  {
+    std::lock_guard lock(sessions_mutex_);
+    sessions_[{std::string(key), std::string(owner)}] = Remembered{connection_serial, token};
+  }
+  if (watching_connections_) pool_.watch(connection_serial);
 }
 
 std::optional<std::uint64_t> ModeBackend::remembered(std::string_view key, std::string_view owner,
@@ -191,7 +194,46 @@ std::optional<std::uint64_t> ModeBackend::remembered(std::string_view key, std::
 void ModeBackend::forget(std::string_view key, std::string_view owner, std::uint64_t token) {
   std::lock_guard lock(sessions_mutex_);
   const auto it = sessions_.find({std::string(key), std::string(owner)});
-  if (it != sessions_.end() && it->second.token == token) sessions_.erase(it);
+  if (it == sessions_.end() || it->second.token != token) return;
+  const std::uint64_t serial = it->second.serial;
+  sessions_.erase(it);
+  if (!watching_connections_) return;
+  const bool still_used = std::any_of(sessions_.begin(), sessions_.end(), [&](const auto& s) { return s.second.serial == serial; });
+  if (!still_used) pool_.unwatch(serial);
+}
+
+bool ModeBackend::watch(std::shared_ptr<backend::Events> events) {
+  std::lock_guard lock(sessions_mutex_);
+  events_ = std::move(events);
+  return false;
+}
+
+void ModeBackend::watch_lock_connections() {
+  watching_connections_ = true;
+  pool_.on_closed([this](std::uint64_t serial) { connection_closed(serial); });
+}
+
+void ModeBackend::connection_closed(std::uint64_t serial) {
+  std::vector<std::pair<std::pair<std::string, std::string>, std::uint64_t>> lost;  // (key, owner), token
+  std::shared_ptr<backend::Events> events;
+  {
+    std::lock_guard lock(sessions_mutex_);
+    for (auto it = sessions_.begin(); it != sessions_.end();) {
+      if (it->second.serial != serial) {
+        ++it;
+        continue;
+      }
+      lost.emplace_back(it->first, it->second.token);
+      it = sessions_.erase(it);
+    }
+    events = events_;
+  }
+  if (!events) return;
+  for (const auto& [held, token] : lost) {
+    events->lost({held.first, held.second, token},
+                 "its MySQL connection ended (killed, the server restarted or the network dropped it), and the "
+                 "server freed its session lock with it");
+  }
 }
 
 bool ModeBackend::keeps_doorbell(std::string_view key, const Connection& connection) {

@@ -69,6 +69,7 @@ class DoorbellChannel;
 class ModeBackend : public backend::Backend, public backend::ActivityLedger {
  public:
   explicit ModeBackend(Settings settings) : settings_(std::move(settings)), pool_(settings_.connect) {}
+  ~ModeBackend() override { pool_.stop_watching(); }
 
   std::string_view name() const noexcept override { return kName; }
   backend::AcquireResult acquire(const backend::AcquireRequest& request) final { return attempt(request, nullptr); }
@@ -82,6 +83,9 @@ class ModeBackend : public backend::Backend, public backend::ActivityLedger {
   backend::ActivityLedger* activity() noexcept override { return settings_.mode == "row" ? nullptr : this; }
   void add(const Activity& delta) override;
   Activity totals() override;
+  // Keeps `events` for the losses watch_lock_connections() reports; no mode pushes
+  // force-releases.
+  bool watch(std::shared_ptr<backend::Events> events) override;
 
   const Settings& settings() const { return settings_; }
   // The GET_LOCK name of a key's doorbell: a hash, as names are limited to 64 characters.
@@ -173,6 +177,10 @@ class ModeBackend : public backend::Backend, public backend::ActivityLedger {
 
   // Lease and session modes: makes sure the lock table exists, creating it when allowed.
   void ensure_lock_table(Connection& connection);
+  // Session mode, where a lock is its connection's: when the server closes the connection an
+  // acquisition was remembered on (KILL, restart, timeout), that acquisition is reported lost
+  // at once (Events::lost), not at its holder's next renewal.
+  void watch_lock_connections();
 
   Settings settings_;
   Pool pool_;
@@ -182,8 +190,13 @@ class ModeBackend : public backend::Backend, public backend::ActivityLedger {
     std::uint64_t serial = 0;
     std::uint64_t token = 0;
   };
+  // The pool's watching thread: the acquisitions remembered on connection `serial` are lost.
+  void connection_closed(std::uint64_t serial);
+
   std::mutex sessions_mutex_;
   std::map<std::pair<std::string, std::string>, Remembered> sessions_;
+  bool watching_connections_ = false;
+  std::shared_ptr<backend::Events> events_;  // under sessions_mutex_
 };
 
 // A waiter's doorbell: GET_LOCK on the key's bell, on a connection of its own, returns when

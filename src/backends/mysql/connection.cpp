@@ -97,10 +97,12 @@ Connection::~Connection() {
   mysql_close(mysql_);
 }
 
+int Connection::socket() const noexcept { return static_cast<int>(mysql_get_socket(mysql_)); }
+
 bool Connection::still_open() noexcept {
   // An idle session has nothing to read: anything readable is the server's goodbye (an error
   // packet, or the end of the stream).
-  pollfd socket{static_cast<int>(mysql_get_socket(mysql_)), POLLIN | POLLRDHUP, 0};
+  pollfd socket{this->socket(), POLLIN | POLLRDHUP, 0};
   if (socket.fd >= 0 && ::poll(&socket, 1, 0) == 0) return true;
   broken_ = true;
   return false;

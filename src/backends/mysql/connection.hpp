@@ -87,6 +87,8 @@ class Connection {
   // For a connection idle in the pool: false when the server closed it meanwhile (killed,
   // restarted, timed out). Looks at the socket only; no round trip.
   bool still_open() noexcept;
+  // The socket, for poll(); -1 when there is none.
+  int socket() const noexcept;
   // The server's id of this session (CONNECTION_ID(); what KILL takes). A restarted server
   // hands the same ids out again.
   std::uint64_t id() const noexcept { return id_; }

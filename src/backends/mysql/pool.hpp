@@ -5,9 +5,12 @@
 
 #include <condition_variable>
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <mutex>
+#include <thread>
 #include <unordered_map>
+#include <unordered_set>
 #include <vector>
 
 #include "backends/mysql/connection.hpp"
@@ -20,6 +23,9 @@ namespace dlock::backends::mysql {
 class Pool {
  public:
   explicit Pool(ConnectOptions options) : options_(std::move(options)) {}
+  ~Pool();
+  Pool(const Pool&) = delete;
+  Pool& operator=(const Pool&) = delete;
 
   using Lease = Pooled<Pool, Connection>;
   // Any idle connection, or a new one. Throws SqlError when connecting fails.
@@ -32,15 +38,38 @@ class Pool {
 
   const ConnectOptions& options() const noexcept { return options_; }
 
+  // Watches the idle connections whose serials are watched, on a thread of the pool's, and
+  // calls `closed` with the serial of each one the server closes (KILL, restart,
+  // wait_timeout) as it happens, rather than when it is next taken: a connection that holds a
+  // session lock tells its holder at once. Called once, before any watch().
+  void on_closed(std::function<void(std::uint64_t serial)> closed);
+  void watch(std::uint64_t serial);
+  void unwatch(std::uint64_t serial);
+  // Ends the watching thread: before whatever `closed` uses goes away.
+  void stop_watching() noexcept;
+
  private:
   friend Lease;
   void give_back(std::unique_ptr<Connection> connection);
+  // The watching thread's loop.
+  void watch_idle();
+  // Wakes the watching thread: what it watches changed.
+  void ring() noexcept;
+  // Takes an idle connection the server closed out of the pool, to be reported if watched (by
+  // the watching thread: never from inside a caller's statement). Under mutex_.
+  std::unique_ptr<Connection> drop_idle(std::vector<std::unique_ptr<Connection>>::iterator it);
 
   ConnectOptions options_;
   std::mutex mutex_;
   std::condition_variable returned_;
   std::vector<std::unique_ptr<Connection>> idle_;
   std::unordered_map<std::uint64_t, bool> busy_;  // serials of open connections: in use?
+  std::function<void(std::uint64_t)> closed_;
+  std::unordered_set<std::uint64_t> watched_;
+  std::vector<std::uint64_t> closed_watched_;  // found closed, not reported yet
+  int bell_ = -1;  // an eventfd that wakes the watching thread
+  bool stopping_ = false;
+  std::thread watcher_;
 };
 
 }  // namespace dlock::backends::mysql

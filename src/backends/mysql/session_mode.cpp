@@ -131,6 +131,7 @@ class SessionBackend final : public ModeBackend {
   explicit SessionBackend(Settings settings) : ModeBackend(std::move(settings)), sql_(settings_.table) {
     auto connection = take();
     ensure_lock_table(*connection);  // also checks for session_id
+    watch_lock_connections();
   }
 
   // A lock is its holder's GET_LOCK: it ends with the holder's connection, not its lease.
