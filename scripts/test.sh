@@ -23,8 +23,8 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 
 # The mysql:// modes the conformance suite covers: lease is the plain URL, any other mode is
-# URL?mode=MODE.
-mysql_modes=${DLOCK_TEST_MYSQL_MODES:-lease session row}
+# URL?mode=MODE (a mode may carry options: session&lock_delay=true).
+mysql_modes=${DLOCK_TEST_MYSQL_MODES:-lease session session&lock_delay=true row}
 
 scripts/install-deps.sh
 

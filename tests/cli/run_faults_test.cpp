@@ -26,6 +26,9 @@
 #include <thread>
 #include <vector>
 
+#if DLOCK_WITH_MYSQL
+#include "support/mysql_rows.hpp"
+#endif
 #include "support/process.hpp"
 #include "support/server_test.hpp"
 #include "support/sqlite_write_lock.hpp"
@@ -185,7 +188,8 @@ class RunFaultsTest : public ::testing::Test {
   // are ordered, so the log's line order is the order of the writes.
   void command_stops_before_the_lease_ends(
       const std::string& first_url, const std::string& next_url, const std::function<void()>& fail_renewals,
-      const std::function<void()>& while_next_waits = [] {}) {
+      const std::function<void()>& while_next_waits = [] {},
+      const std::string& says = "stopping the command before the lease can end") {
     const std::string log = path("log");
     const std::string stamp = "$(date +%s.%N)";
     auto first =
@@ -204,7 +208,7 @@ class RunFaultsTest : public ::testing::Test {
     const Result took = next->wait(60s);
 
     EXPECT_EQ(lost.exit_code, 75) << lost.err;
-    EXPECT_TRUE(contains(lost.err, "stopping the command before the lease can end")) << lost.err;
+    EXPECT_TRUE(contains(lost.err, says)) << lost.err;
     EXPECT_TRUE(is_dead(command));
     EXPECT_EQ(took.exit_code, 0) << took.err;
 
@@ -371,6 +375,59 @@ TEST_F(RunFaultsTest, DaemonizedGrandchildDoesNotKeepAKilledDlocksSessionLock) {
   EXPECT_EQ(next.exit_code, 0) << "the lock was still held by the killed dlock's session: " << next.err;
   EXPECT_FALSE(is_dead(orphan)) << "the grandchild should still be running, or this shows nothing";
 }
+
+#if DLOCK_WITH_MYSQL
+// The connection a session-mode holder's lock lives on, as the lock table names it.
+std::string holder_session(const std::string& url, const std::string& key) {
+  const auto rows = dlock::test::select_rows(url, "SELECT session_id FROM dlock_locks WHERE name = '" + key + "'");
+  return rows.size() == 1 && rows[0].size() == 1 ? rows[0][0].value_or("") : "";
+}
+
+// In session mode a killed connection frees the key at once, so the overlap with the next
+// holder is as long as the holder takes to notice: the command gets its SIGTERM within 100 ms
+// of the KILL.
+TEST_F(RunFaultsTest, KilledSessionStopsTheCommandAtOnce_MysqlSession) {
+  const std::string url = dlock::test::env("DLOCK_MYSQL_URL").value_or("");
+  if (url.empty()) GTEST_SKIP() << unset("DLOCK_MYSQL_URL");
+  const std::string session = dlock::test::with_option(url, "mode=session");
+  auto run = start(session, {"run", "--ttl", kTtl, key_, "--", "/bin/sh", "-c",
+                             "trap 'echo $(date +%s.%N) > " + path("term") + "; exit 0' TERM; echo $$ > " +
+                                 path("pid") + "; while :; do sleep 0.01; done"});
+  ASSERT_GT(wait_for_pid("pid"), 0) << "the command did not start";
+  const std::string id = holder_session(url, key_);
+  ASSERT_FALSE(id.empty()) << "no session holds '" << key_ << "'";
+  const auto killed_at = std::chrono::system_clock::now();
+  dlock::test::run_statement(url, "KILL CONNECTION " + id);
+  const Result lost = run->wait(30s);
+
+  EXPECT_EQ(lost.exit_code, 75) << lost.err;
+  EXPECT_TRUE(contains(lost.err, "MySQL connection ended")) << lost.err;
+  const std::string term = read("term");
+  ASSERT_FALSE(term.empty()) << "the command never got its SIGTERM";
+  const auto term_at = std::chrono::system_clock::time_point(
+      std::chrono::duration_cast<std::chrono::system_clock::duration>(std::chrono::duration<double>(std::stod(term))));
+  const auto after = std::chrono::duration_cast<std::chrono::milliseconds>(term_at - killed_at);
+  std::printf("[ timeline ] the command got its SIGTERM %lld ms after the KILL\n", static_cast<long long>(after.count()));
+  EXPECT_LT(after, 100ms) << "the holder did not notice its connection's end as it happened";
+}
+
+// With lock_delay=true a killed connection lets no one in early: the next holder waits for the
+// old holder's lease to end or for its release, which comes once the old command, stopped on
+// the loss, is gone (without the option the next holder starts 2 ms after the KILL, beside it).
+TEST_F(RunFaultsTest, KilledSessionWithLockDelayLetsNoOneIn_MysqlSession) {
+  const std::string url = dlock::test::env("DLOCK_MYSQL_URL").value_or("");
+  if (url.empty()) GTEST_SKIP() << unset("DLOCK_MYSQL_URL");
+  const std::string session = dlock::test::with_option(dlock::test::with_option(url, "mode=session"), "lock_delay=true");
+  command_stops_before_the_lease_ends(
+      session, session,
+      [&] {
+        const std::string id = holder_session(url, key_);
+        ASSERT_FALSE(id.empty()) << "no session holds '" << key_ << "'";
+        dlock::test::run_statement(url, "KILL CONNECTION " + id);
+      },
+      [] {}, "MySQL connection ended");
+}
+#endif
 
 // A session-mode lock ends with the connection that took it: `dlock acquire` leaves a keeper
 // process holding it. The key frees when the TTL given to acquire ends, as on every store, or

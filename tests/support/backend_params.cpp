@@ -83,6 +83,7 @@ std::vector<BackendParam> all_backends() {
     std::string name = sanitize(scheme);
     if (const std::string mode = option(url, "mode"); !mode.empty()) name += "_" + sanitize(mode);
     if (option(url, "fair") == "true") name += "_fair";
+    if (option(url, "lock_delay") == "true") name += "_lock_delay";
     if (const int n = ++seen[name]; n > 1) name += "_" + std::to_string(n);
     p.name = name;
     if (scheme == "mysql" || scheme == "mariadb") {

@@ -47,6 +47,9 @@ struct Settings {
   RowColumns columns;
   // Row mode: take an id column whose collation holds different keys equal (id_collation=any).
   bool accept_folding_ids = false;
+  // Session mode: a key whose holder's session ended without a release stays closed until
+  // that holder's lease ends (lock_delay=true), rather than going to the next client at once.
+  bool lock_delay = false;
 };
 
 // 1..64 letters, digits or underscores: every table and column name is checked against this

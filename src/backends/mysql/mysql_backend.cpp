@@ -77,6 +77,7 @@ std::shared_ptr<backend::Backend> make_mysql_backend(const core::Url& url) {
     throw ConfigurationError("mysql:// id_collation must be exact or any; got '" + id_collation + "'", kName);
   }
   settings.accept_folding_ids = id_collation == "any";
+  settings.lock_delay = options.take_bool("lock_delay").value_or(false);
   auto& c = settings.connect;
   c.connect_timeout = options.take_duration("connect_timeout").value_or(c.connect_timeout);
   c.read_timeout = options.take_duration("read_timeout").value_or(c.read_timeout);
@@ -99,6 +100,11 @@ std::shared_ptr<backend::Backend> make_mysql_backend(const core::Url& url) {
     mysql::lock_table_schema(settings.table);  // validates the name
   } else {
     throw ConfigurationError("mysql:// mode must be lease, row or session; got '" + settings.mode + "'", kName);
+  }
+  if (settings.lock_delay && settings.mode != "session") {
+    throw ConfigurationError("mysql:// lock_delay=true applies to mode=session only: in " + settings.mode +
+                                 " mode a holder that dies keeps its key until its lease ends anyway",
+                             kName);
   }
   check_tls(c);
   if (c.read_timeout < std::chrono::seconds(2)) {

@@ -32,22 +32,27 @@ constexpr std::int64_t kOverdueRecheckUs = 1'000'000;
 constexpr std::chrono::milliseconds kHandoffRecheck{50};
 
 struct SessionSql {
-  explicit SessionSql(const std::string& table) {
+  SessionSql(const std::string& table, bool lock_delay) {
     const std::string t = "`" + table + "`";
     const std::string seq = "`" + table + "_seq`";
     const std::string now = "UTC_TIMESTAMP(6)";
+    // The lock_delay option, as a constant of the statements (their parameters stay the same).
+    const std::string delay = lock_delay ? "1" : "0";
     // The row is ours to re-enter only when this connection held the lock before this
-    // statement (the first parameter, from the client's own records): connection ids repeat
-    // after a server restart, so a row naming this id may be a dead session's.
+    // statement (the parameter, from the client's own records): connection ids repeat after
+    // a server restart, so a row naming this id may be a dead session's.
     const std::string mine = "(? AND owner = VALUES(owner) AND session_id = CONNECTION_ID() AND hold_count > 0)";
-    // Evicted with a lock delay, and not yet expired: nobody takes the row.
-    const std::string closed = "(owner <> '' AND hold_count = 0 AND expires_at > " + now + ")";
+    // Nobody takes the row before it expires: its holder was evicted with a lock delay, or,
+    // with lock_delay, its holder's session ended without releasing it (this session holds the
+    // key's GET_LOCK, so a holder that is not this session is gone).
+    const std::string closed =
+        "(owner <> '' AND expires_at > " + now + " AND (hold_count = 0 OR (" + delay + " AND NOT " + mine + ")))";
     // The SELECT yields a row only when this session holds the key's GET_LOCK, taking it if
     // free; then whatever the row says is stale unless it is ours or closed. Columns are
     // assigned left to right: `owner` after everything that tests the old owner; after the hold
     // count, `closed` still holds for a closed row only, and more than one hold means a
     // re-entry, whose lease never shortens.
-    // Parameters: key, owner, ttl, bell, bell, known, known, known.
+    // Parameters: key, owner, ttl, bell, bell, then `known` 10 times.
     acquire = "INSERT INTO " + t + " (name, owner, token, hold_count, acquired_at, expires_at, session_id)"
               " SELECT ?, ?, LAST_INSERT_ID(v + 1), 1, " + now + ", " + now + " + INTERVAL ? MICROSECOND, CONNECTION_ID()"
               " FROM " + seq + " WHERE id = 0 AND (IS_USED_LOCK(?) <=> CONNECTION_ID() OR GET_LOCK(?, 0) = 1)"
@@ -63,17 +68,21 @@ struct SessionSql {
               " renewals = IF(" + closed + ", renewals, renewals + 1)";
     reentered = "SELECT token, hold_count FROM " + t + " WHERE name = ? AND owner = ?";
     const std::string live = " AND hold_count > 0 AND session_id = IS_USED_LOCK(?)";
-    // A live holder, or one evicted with a lock delay whose lease has not run out.
-    const std::string held = " AND ((hold_count > 0 AND session_id = IS_USED_LOCK(?)) OR (hold_count = 0 AND expires_at > " +
-                             now + "))";
+    // A live holder, or one whose lease has not run out: evicted with a lock delay, or with
+    // lock_delay, gone without releasing.
+    const std::string held = " AND ((hold_count > 0 AND session_id = IS_USED_LOCK(?)) OR ((hold_count = 0 OR " + delay +
+                             ") AND expires_at > " + now + "))";
+    // Held by a session that ended (the key's GET_LOCK is not its). Parameter: bell.
+    const std::string gone = "(hold_count > 0 AND NOT (session_id <=> IS_USED_LOCK(?)))";
     const std::string left = "IF(expires_at > " + now + ", TIMESTAMPDIFF(MICROSECOND, " + now + ", expires_at), " +
                              std::to_string(kOverdueRecheckUs) + ")";
     const std::string info = "owner, token, hold_count, " + left + ", TIMESTAMPDIFF(MICROSECOND, acquired_at, " + now + ")";
-    // Parameters: bell, bell, key. The last columns say whether the row's session holds the
-    // lock, whether the row is closed, whether this session holds the lock, and the row's
-    // session.
-    conflict = "SELECT " + info + ", session_id = IS_USED_LOCK(?), " + closed +
-               ", IS_USED_LOCK(?) <=> CONNECTION_ID(), session_id FROM " + t + " WHERE name = ?";
+    // Parameters: bell, bell, bell, key. The last columns say whether the row's session holds
+    // the lock, whether the row is closed (as `closed`; the acquire found it not this
+    // session's to re-enter), whether this session holds the lock, and the row's session.
+    conflict = "SELECT " + info + ", session_id = IS_USED_LOCK(?), (owner <> '' AND expires_at > " + now +
+               " AND (hold_count = 0 OR (" + delay + " AND " + gone + "))), IS_USED_LOCK(?) <=> CONNECTION_ID(), session_id FROM " +
+               t + " WHERE name = ?";
     // Another connection of the same owner holds it (an explicit owner shared by clients).
     // The new hold count comes back as the insert id. Parameters: ttl, key, owner, token, bell.
     reenter_elsewhere = "UPDATE " + t + " SET hold_count = LAST_INSERT_ID(hold_count + 1), expires_at = GREATEST(expires_at, " +
@@ -82,14 +91,17 @@ struct SessionSql {
     // Parameters: ttl, key, owner, token, bell.
     renew = "UPDATE " + t + " SET expires_at = " + now + " + INTERVAL ? MICROSECOND, renewals = renewals + 1" + ours;
     // The last hold frees the row, and the lock with it when this connection holds it. The
-    // holds left come back as the insert id (kEvictedRelease for an evicted holder, whose
-    // release counts as its last hold's). Parameters: bell, bell, key, owner, token, bell.
-    release = "UPDATE " + t + " SET owner = IF(hold_count <= 1, '', owner),"
-              " expires_at = IF(hold_count <= 1, " + now + ", expires_at),"
-              " session_id = IF(hold_count <= 1 AND session_id = CONNECTION_ID() AND IS_USED_LOCK(?) <=> CONNECTION_ID(),"
-              " 0 * RELEASE_LOCK(?), session_id),"
-              " hold_count = IF(hold_count = 0, 0 * LAST_INSERT_ID(" + std::to_string(kEvictedRelease) +
-              "), LAST_INSERT_ID(hold_count - 1)) WHERE name = ? AND owner = ? AND token = ?" + held;
+    // holds left come back as the insert id: kEvictedRelease for an evicted holder, whose
+    // release counts as its last hold's, and for one whose session ended (held only with
+    // lock_delay), whose release ends the delay. Its hold count goes before the session:
+    // `gone` reads the session, which a release of the lock changes. Parameters: bell, bell,
+    // bell, bell, bell, key, owner, token, bell.
+    release = "UPDATE " + t + " SET owner = IF(hold_count <= 1 OR " + gone + ", '', owner),"
+              " expires_at = IF(hold_count <= 1 OR " + gone + ", " + now + ", expires_at),"
+              " hold_count = IF(hold_count = 0 OR " + gone + ", 0 * LAST_INSERT_ID(" + std::to_string(kEvictedRelease) +
+              "), LAST_INSERT_ID(hold_count - 1)),"
+              " session_id = IF(hold_count = 0 AND session_id = CONNECTION_ID() AND IS_USED_LOCK(?) <=> CONNECTION_ID(),"
+              " 0 * RELEASE_LOCK(?), session_id) WHERE name = ? AND owner = ? AND token = ?" + held;
     drop_bell = "SELECT IF(IS_USED_LOCK(?) <=> CONNECTION_ID(), RELEASE_LOCK(?), 0)";
     // The lock of an acquisition whose release came too late (evicted, then its lease ran
     // out), which this connection still holds: not a newer one's. Parameters: bell, key,
@@ -102,8 +114,9 @@ struct SessionSql {
     // query returns the session and the client asks the server about each bell (not for an
     // evicted holder, whose lease alone counts).
     const std::string listed = " AND owner <> '' AND (hold_count > 0 OR expires_at > " + now + ") ORDER BY name LIMIT ?";
-    list_bounded = "SELECT name, " + info + ", session_id FROM " + t + " WHERE name >= ? AND name < ? AND name <> ?" + listed;
-    list_open = "SELECT name, " + info + ", session_id FROM " + t + " WHERE name >= ? AND name <> ?" + listed;
+    const std::string columns = "name, " + info + ", session_id, expires_at > " + now;
+    list_bounded = "SELECT " + columns + " FROM " + t + " WHERE name >= ? AND name < ? AND name <> ?" + listed;
+    list_open = "SELECT " + columns + " FROM " + t + " WHERE name >= ? AND name <> ?" + listed;
     session_of = "SELECT IS_USED_LOCK(?)";
     // Parameters of both: key, owner, token, bell. A lock delay keeps all but the holds
     // (renewals changes the row of a holder evicted before), and the holder's connection.
@@ -128,16 +141,17 @@ struct SessionSql {
 
 class SessionBackend final : public ModeBackend {
  public:
-  explicit SessionBackend(Settings settings) : ModeBackend(std::move(settings)), sql_(settings_.table) {
+  explicit SessionBackend(Settings settings) : ModeBackend(std::move(settings)), sql_(settings_.table, settings_.lock_delay) {
     auto connection = take();
     ensure_lock_table(*connection);  // also checks for session_id
     watch_lock_connections();
   }
 
-  // A lock is its holder's GET_LOCK: it ends with the holder's connection, not its lease.
+  // A lock is its holder's GET_LOCK: it ends with the holder's connection, not its lease; with
+  // lock_delay the key stays closed until that lease ends.
   backend::Capabilities capabilities() const noexcept override {
     return {.spans_processes = true,
-            .frees_when_holder_dies = true,
+            .frees_when_holder_dies = !settings_.lock_delay,
             .lease_is_the_session = true,
             .records_acquisition_time = true};
   }
@@ -153,7 +167,8 @@ class SessionBackend final : public ModeBackend {
     Outcome outcome;
     try {
       outcome = with_retries(request.key, [&] {
-        return connection->execute(sql_.acquire, {request.key, request.owner, ttl, bell, bell, known, known, known});
+        return connection->execute(sql_.acquire, {request.key, request.owner, ttl, bell, bell, known, known, known, known,
+                                                  known, known, known, known, known, known});
       });
     } catch (...) {
       // A lock taken by a statement that then failed would block the key until this
@@ -175,7 +190,7 @@ class SessionBackend final : public ModeBackend {
       return backend::Acquired{to_u64(rows[0][0]), static_cast<std::uint32_t>(to_u64(rows[0][1]))};
     }
     // Another connection holds the lock, or the row is closed.
-    const auto rows = with_retries(request.key, [&] { return connection->query(sql_.conflict, {bell, bell, request.key}); });
+    const auto rows = with_retries(request.key, [&] { return connection->query(sql_.conflict, {bell, bell, bell, request.key}); });
     const auto yes = std::optional<std::string>("1");
     const bool live = !rows.empty() && rows[0][5] == yes;
     if (!rows.empty() && rows[0][6] == yes) {
@@ -230,7 +245,7 @@ class SessionBackend final : public ModeBackend {
     const bool on_holder = remembered(lease.key, lease.owner, lease.token) == connection->serial();
     const auto token = static_cast<std::int64_t>(lease.token);
     const auto outcome = with_retries(lease.key, [&] {
-      return connection->execute(sql_.release, {bell, bell, lease.key, lease.owner, token, bell});
+      return connection->execute(sql_.release, {bell, bell, bell, bell, bell, lease.key, lease.owner, token, bell});
     });
     const bool evicted = outcome.affected == 1 && outcome.insert_id == kEvictedRelease;
     if (outcome.affected == 1 && outcome.insert_id > 0 && !evicted) return static_cast<std::uint32_t>(outcome.insert_id);
@@ -258,7 +273,9 @@ class SessionBackend final : public ModeBackend {
   ListPage list(std::string_view prefix, std::string_view after, std::size_t limit) override {
     // Keep the rows whose session still holds the key's lock.
     return list_page(prefix, after, limit, sql_.list_bounded, sql_.list_open, [&](Connection& c, const Row& row) {
-      if (row[3] == std::optional<std::string>("0")) return true;  // evicted: its lease counts, not its session
+      // Evicted, or with lock_delay any holder: its lease counts, not its session.
+      if (row[3] == std::optional<std::string>("0")) return true;
+      if (settings_.lock_delay && row[7] == std::optional<std::string>("1")) return true;
       const auto holder = c.query(sql_.session_of, {bell_name(row[0].value_or(""))});
       return !holder.empty() && holder[0][0] == row[6];
     });
