@@ -1,7 +1,9 @@
 #!/usr/bin/env bash
 # The mysql:// figures of docs/bench.md: the four workloads in each mode (8 processes where
-# the workload has several clients), the bare GET_LOCK/RELEASE_LOCK yardstick, and the
-# statements one `dlock run` sends, read from the server's general log. JSON lines on stdout.
+# the workload has several clients), the bare GET_LOCK/RELEASE_LOCK yardstick, the peers (the
+# same workloads, ping aside, run by two designs a MySQL user would write instead of dlock:
+# bench/mysql_peers.cpp), and the statements one `dlock run` sends, read from the server's
+# general log. JSON lines on stdout.
 #
 #   bench/mysql.sh [DLOCK_BINARY]     default: build/release/dlock
 #
@@ -38,6 +40,18 @@ declare -A urls=(
 yardstick=$dir/yardstick
 g++ -O2 -std=c++20 bench/mysql_yardstick.cpp $(pkg-config --cflags --libs libmariadb) -o "$yardstick"
 "$yardstick" 127.0.0.1 "$DLOCK_MYSQL_PORT" dlock dlock-test-pw dlock_test 20000
+
+# The peers: bare GET_LOCK/RELEASE_LOCK, and seed 001's upsert into a table, polling.
+g++ -O2 -std=c++20 -Isrc bench/mysql_peers.cpp $(pkg-config --cflags --libs libmariadb) -o "$dir/peers"
+peers() {
+  "$dir/peers" 127.0.0.1 "$DLOCK_MYSQL_PORT" dlock dlock-test-pw dlock_test --duration "$duration" \
+    --key-prefix rb/ "$@" || echo "mysql.sh: failed: peers $*" >&2
+}
+for impl in bare-get-lock seed001-upsert; do
+  peers --impl "$impl" --workload uncontended --clients 1
+  peers --impl "$impl" --workload distinct --clients 8
+  peers --impl "$impl" --workload contended --clients 8
+done
 
 # Statements per acquire and per release: one `dlock run` under the general log, after a
 # first run has made the tables. Set-up statements (SET, the table probe) are listed apart.

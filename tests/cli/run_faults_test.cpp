@@ -379,7 +379,7 @@ TEST_F(RunFaultsTest, DaemonizedGrandchildDoesNotKeepAKilledDlocksSessionLock) {
 #if DLOCK_WITH_MYSQL
 // The connection a session-mode holder's lock lives on, as the lock table names it.
 std::string holder_session(const std::string& url, const std::string& key) {
-  const auto rows = dlock::test::select_rows(url, "SELECT session_id FROM dlock_locks WHERE name = '" + key + "'");
+  const auto rows = dlock::test::select_rows(url, "SELECT session_id FROM dlock_locks_session WHERE name = '" + key + "'");
   return rows.size() == 1 && rows[0].size() == 1 ? rows[0][0].value_or("") : "";
 }
 

@@ -316,17 +316,21 @@ LockInfo ModeBackend::info(std::string key, const Row& row, std::size_t first) {
   return lock;
 }
 
-void ModeBackend::ensure_lock_table(Connection& connection) {
+void ModeBackend::ensure_lock_table(Connection& connection, bool session_tables) {
   const std::string& table = settings_.table;
   std::string e_missing;  // the server's words for the table it did not find
   try {
     // The token floor is the last thing the DDL makes: a concurrent first user may have
-    // created only the tables so far. The empty join names the columns later versions
-    // added, in the same round trip.
+    // created only the tables so far. The empty joins name the columns and tables later
+    // versions added, in the same round trip.
+    const std::string memory = !session_tables ? ""
+                                               : " LEFT JOIN (SELECT name FROM `" + table +
+                                                     "_session` LIMIT 0) AS memory ON TRUE LEFT JOIN (SELECT id FROM `" +
+                                                     table + "_epoch` LIMIT 0) AS epoch ON TRUE";
     if (!connection
              .query("SELECT s.v FROM `" + table + "_seq` AS s LEFT JOIN (SELECT session_id, heir_owner, heir_ttl_us,"
                     " heir_session FROM `" + table + "` LIMIT 0) AS added ON TRUE LEFT JOIN (SELECT id FROM `" + table +
-                    "_activity` LIMIT 0) AS activity ON TRUE WHERE s.id = 0",
+                    "_activity` LIMIT 0) AS activity ON TRUE" + memory + " WHERE s.id = 0",
                     {})
              .empty()) {
       return;
@@ -506,7 +510,8 @@ std::string lock_table_schema(const std::string& table) {
          table +
          "_seq` (\n"
          "  id TINYINT UNSIGNED NOT NULL PRIMARY KEY,\n"
-         "  v  BIGINT UNSIGNED  NOT NULL                 -- token floor for keys whose row was removed\n"
+         "  v  BIGINT UNSIGNED  NOT NULL                 -- id 0: lease mode's token floor for keys whose row\n"
+         "                                               -- was removed; id 1: session mode's epoch\n"
          ") ENGINE=InnoDB;\n"
          "INSERT IGNORE INTO `" +
          table + "_seq` VALUES (0, 0);\n"
@@ -520,7 +525,30 @@ std::string lock_table_schema(const std::string& table) {
          "  wait_us      BIGINT UNSIGNED NOT NULL,\n"
          "  renewals     BIGINT UNSIGNED NOT NULL,\n"
          "  losses       BIGINT UNSIGNED NOT NULL\n"
-         ") ENGINE=InnoDB;\n";
+         ") ENGINE=InnoDB;\n"
+         "-- Session mode: what a holder's GET_LOCK cannot hold, in memory (no durable write: it ends\n"
+         "-- with the server, as the locks do). max_heap_table_size caps a memory table when it is\n"
+         "-- made: this allows some 450,000 keys (about 1.2 KB each).\n"
+         "SET SESSION max_heap_table_size = 1073741824;\n"
+         "CREATE TABLE IF NOT EXISTS `" +
+         table +
+         "_session` (\n"
+         "  name        VARBINARY(1024) NOT NULL,        -- the key, compared bytewise\n"
+         "  owner       VARBINARY(128)  NOT NULL,        -- '' when free\n"
+         "  token       BIGINT UNSIGNED NOT NULL,        -- fencing token: the epoch * 2^40 + a count\n"
+         "  hold_count  INT UNSIGNED    NOT NULL,\n"
+         "  acquired_at DATETIME(6)     NOT NULL,        -- UTC_TIMESTAMP(6), the server's clock\n"
+         "  expires_at  DATETIME(6)     NOT NULL,        -- the holder's lease (lock_delay)\n"
+         "  renewals    BIGINT UNSIGNED NOT NULL DEFAULT 0,\n"
+         "  session_id  BIGINT UNSIGNED NOT NULL DEFAULT 0,  -- the connection holding the lock\n"
+         "  PRIMARY KEY (name) USING BTREE\n"
+         ") ENGINE=MEMORY;\n"
+         "CREATE TABLE IF NOT EXISTS `" +
+         table +
+         "_epoch` (                                -- empty after a restart: a new epoch begins\n"
+         "  id TINYINT UNSIGNED NOT NULL PRIMARY KEY,\n"
+         "  v  BIGINT UNSIGNED  NOT NULL                 -- the token floor of this epoch\n"
+         ") ENGINE=MEMORY;\n";
 }
 
 }  // namespace dlock::backends::mysql

@@ -178,8 +178,9 @@ class ModeBackend : public backend::Backend, public backend::ActivityLedger {
   // way: an owner and no holds (a free key has no owner).
   static LockInfo info(std::string key, const Row& row, std::size_t first);
 
-  // Lease and session modes: makes sure the lock table exists, creating it when allowed.
-  void ensure_lock_table(Connection& connection);
+  // Lease and session modes: makes sure the lock tables exist (with session mode's memory
+  // tables when asked), creating them when allowed.
+  void ensure_lock_table(Connection& connection, bool session_tables = false);
   // Session mode, where a lock is its connection's: when the server closes the connection an
   // acquisition was remembered on (KILL, restart, timeout), that acquisition is reported lost
   // at once (Events::lost), not at its holder's next renewal.

@@ -1,6 +1,6 @@
 #include "backends/mysql/pool.hpp"
 
-#include <poll.h>
+#include <sys/epoll.h>
 #include <sys/eventfd.h>
 #include <unistd.h>
 
@@ -31,6 +31,7 @@ Pool::Lease Pool::take_excluding(const std::vector<std::uint64_t>& serials) {
       auto connection = std::move(*it);
       idle_.erase(std::next(it).base());
       busy_[connection->serial()] = true;
+      stop_polling(*connection);
       return Lease(*this, std::move(connection));
     }
   }
@@ -57,6 +58,7 @@ Pool::Lease Pool::take(std::uint64_t serial) {
       auto connection = std::move(*it);
       idle_.erase(it);
       known->second = true;
+      stop_polling(*connection);
       return Lease(*this, std::move(connection));
     }
     returned_.wait(lock);
@@ -66,24 +68,19 @@ Pool::Lease Pool::take(std::uint64_t serial) {
 }
 
 void Pool::give_back(std::unique_ptr<Connection> connection) {
-  bool watched = false;
   {
     std::lock_guard lock(mutex_);
     if (connection->broken()) {
       busy_.erase(connection->serial());
       // Its session ended, or ends as the client closes it: so do the locks it held.
-      if (watched_.erase(connection->serial()) != 0) {
-        closed_watched_.push_back(connection->serial());
-        watched = true;
-      }
+      if (watched_.erase(connection->serial()) != 0) report_closed(connection->serial());
     } else {
       busy_[connection->serial()] = false;
-      watched = watched_.count(connection->serial()) != 0;
+      start_polling(*connection);
       idle_.push_back(std::move(connection));
     }
   }
   returned_.notify_all();
-  if (watched) ring();
   // A broken connection is closed here, outside the lock.
 }
 
@@ -91,31 +88,54 @@ std::unique_ptr<Connection> Pool::drop_idle(std::vector<std::unique_ptr<Connecti
   auto connection = std::move(*it);
   idle_.erase(it);
   busy_.erase(connection->serial());
-  if (watched_.erase(connection->serial()) != 0) {
-    closed_watched_.push_back(connection->serial());
-    ring();  // the watching thread reports it
-  }
+  stop_polling(*connection);
+  if (watched_.erase(connection->serial()) != 0) report_closed(connection->serial());
   return connection;
+}
+
+void Pool::report_closed(std::uint64_t serial) {
+  closed_watched_.push_back(serial);
+  const std::uint64_t one = 1;
+  (void)!::write(bell_, &one, sizeof one);  // EAGAIN: it is rung already
+}
+
+void Pool::start_polling(const Connection& connection) {
+  if (epoll_ < 0 || watched_.count(connection.serial()) == 0 || connection.socket() < 0) return;
+  epoll_event event{};
+  event.events = EPOLLIN | EPOLLRDHUP;
+  event.data.u64 = connection.serial();
+  ::epoll_ctl(epoll_, EPOLL_CTL_ADD, connection.socket(), &event);
+}
+
+void Pool::stop_polling(const Connection& connection) {
+  if (epoll_ < 0 || watched_.count(connection.serial()) == 0 || connection.socket() < 0) return;
+  ::epoll_ctl(epoll_, EPOLL_CTL_DEL, connection.socket(), nullptr);
 }
 
 void Pool::on_closed(std::function<void(std::uint64_t serial)> closed) {
   closed_ = std::move(closed);
+  epoll_ = ::epoll_create1(EPOLL_CLOEXEC);
   bell_ = ::eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK);
-  if (bell_ < 0) throw SqlError{0, std::string("eventfd failed: ") + std::strerror(errno)};
+  if (epoll_ < 0 || bell_ < 0) throw SqlError{0, std::string("epoll or eventfd failed: ") + std::strerror(errno)};
+  epoll_event event{};
+  event.events = EPOLLIN;
+  event.data.u64 = kBell;
+  ::epoll_ctl(epoll_, EPOLL_CTL_ADD, bell_, &event);
   watcher_ = std::thread([this] { watch_idle(); });
 }
 
 void Pool::watch(std::uint64_t serial) {
-  {
-    std::lock_guard lock(mutex_);
-    if (!closed_ || !watched_.insert(serial).second) return;
-  }
-  ring();
+  std::lock_guard lock(mutex_);
+  if (epoll_ < 0 || !watched_.insert(serial).second) return;
+  const auto it = std::find_if(idle_.begin(), idle_.end(), [&](const auto& c) { return c->serial() == serial; });
+  if (it != idle_.end()) start_polling(**it);  // otherwise when it comes back
 }
 
 void Pool::unwatch(std::uint64_t serial) {
   std::lock_guard lock(mutex_);
-  watched_.erase(serial);  // the watching thread looks at it at most once more
+  const auto it = std::find_if(idle_.begin(), idle_.end(), [&](const auto& c) { return c->serial() == serial; });
+  if (it != idle_.end()) stop_polling(**it);
+  watched_.erase(serial);
 }
 
 void Pool::stop_watching() noexcept {
@@ -123,52 +143,36 @@ void Pool::stop_watching() noexcept {
   {
     std::lock_guard lock(mutex_);
     stopping_ = true;
+    const std::uint64_t one = 1;
+    (void)!::write(bell_, &one, sizeof one);
   }
-  ring();
   watcher_.join();
   ::close(bell_);
-}
-
-void Pool::ring() noexcept {
-  if (bell_ < 0) return;  // not watching
-  const std::uint64_t one = 1;
-  (void)!::write(bell_, &one, sizeof one);  // EAGAIN: it is rung already
+  ::close(epoll_);
 }
 
 void Pool::watch_idle() {
-  std::vector<pollfd> sockets;
-  std::vector<std::uint64_t> serials;
+  epoll_event events[16];
   for (;;) {
-    sockets.assign(1, pollfd{bell_, POLLIN, 0});
-    serials.assign(1, 0);
-    {
-      std::lock_guard lock(mutex_);
-      if (stopping_) return;
-      for (const auto& connection : idle_) {
-        if (watched_.count(connection->serial()) == 0 || connection->socket() < 0) continue;
-        sockets.push_back(pollfd{connection->socket(), POLLIN | POLLRDHUP, 0});
-        serials.push_back(connection->serial());
-      }
-    }
-    if (::poll(sockets.data(), sockets.size(), -1) < 0) continue;  // EINTR
-    if (sockets[0].revents != 0) {
-      std::uint64_t rung = 0;
-      (void)!::read(bell_, &rung, sizeof rung);
-    }
-    std::vector<std::unique_ptr<Connection>> closed;  // closed outside the lock
+    const int ready = ::epoll_wait(epoll_, events, 16, -1);  // < 0: EINTR
+    std::vector<std::unique_ptr<Connection>> closed;        // closed outside the lock
     std::vector<std::uint64_t> closed_watched;
     {
       std::lock_guard lock(mutex_);
-      for (std::size_t i = 1; i < sockets.size(); ++i) {
-        if (sockets[i].revents == 0) continue;
-        // Still idle (not taken since, when an answer to its new user is what is readable),
-        // and closed: an idle session has nothing to read but the server's goodbye.
-        const auto it = std::find_if(idle_.begin(), idle_.end(), [&](const auto& c) {
-          return c->serial() == serials[i] && c->socket() == sockets[i].fd;
-        });
+      if (stopping_) return;
+      for (int i = 0; i < ready; ++i) {
+        if (events[i].data.u64 == kBell) {
+          std::uint64_t rung = 0;
+          (void)!::read(bell_, &rung, sizeof rung);
+          continue;
+        }
+        // Still idle (taken since, an answer to its new user may be what was readable), and
+        // closed: an idle session has nothing to read but the server's goodbye.
+        const auto it = std::find_if(idle_.begin(), idle_.end(),
+                                     [&](const auto& c) { return c->serial() == events[i].data.u64; });
         if (it != idle_.end() && !(*it)->still_open()) closed.push_back(drop_idle(it));
       }
-      closed_watched.swap(closed_watched_);  // with those a taker found closed
+      closed_watched.swap(closed_watched_);  // with those found closed elsewhere
     }
     closed.clear();
     for (const std::uint64_t serial : closed_watched) closed_(serial);

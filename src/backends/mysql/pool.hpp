@@ -38,10 +38,11 @@ class Pool {
 
   const ConnectOptions& options() const noexcept { return options_; }
 
-  // Watches the idle connections whose serials are watched, on a thread of the pool's, and
-  // calls `closed` with the serial of each one the server closes (KILL, restart,
-  // wait_timeout) as it happens, rather than when it is next taken: a connection that holds a
-  // session lock tells its holder at once. Called once, before any watch().
+  // Watches the idle connections whose serials are watched (epoll, on a thread of the pool's,
+  // which taking and giving back never wake), and calls `closed` with the serial of each one
+  // the server closes (KILL, restart, wait_timeout) as it happens, rather than when it is next
+  // taken, or that breaks in use: a connection that holds a session lock tells its holder at
+  // once. Called once, before any watch().
   void on_closed(std::function<void(std::uint64_t serial)> closed);
   void watch(std::uint64_t serial);
   void unwatch(std::uint64_t serial);
@@ -50,14 +51,19 @@ class Pool {
 
  private:
   friend Lease;
+  static constexpr std::uint64_t kBell = ~std::uint64_t{0};  // the epoll datum of bell_
+
   void give_back(std::unique_ptr<Connection> connection);
   // The watching thread's loop.
   void watch_idle();
-  // Wakes the watching thread: what it watches changed.
-  void ring() noexcept;
-  // Takes an idle connection the server closed out of the pool, to be reported if watched (by
-  // the watching thread: never from inside a caller's statement). Under mutex_.
+  // Takes an idle connection the server closed out of the pool. Under mutex_.
   std::unique_ptr<Connection> drop_idle(std::vector<std::unique_ptr<Connection>>::iterator it);
+  // A watched connection is gone: the watching thread reports it (never from inside a
+  // caller's statement). Under mutex_.
+  void report_closed(std::uint64_t serial);
+  // A watched connection goes idle, or is taken. Under mutex_.
+  void start_polling(const Connection& connection);
+  void stop_polling(const Connection& connection);
 
   ConnectOptions options_;
   std::mutex mutex_;
@@ -67,7 +73,8 @@ class Pool {
   std::function<void(std::uint64_t)> closed_;
   std::unordered_set<std::uint64_t> watched_;
   std::vector<std::uint64_t> closed_watched_;  // found closed, not reported yet
-  int bell_ = -1;  // an eventfd that wakes the watching thread
+  int epoll_ = -1;  // the idle watched connections, and bell_
+  int bell_ = -1;   // an eventfd that wakes the watching thread: a report, or stop
   bool stopping_ = false;
   std::thread watcher_;
 };

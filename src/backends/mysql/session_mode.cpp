@@ -27,14 +27,16 @@ namespace {
 // What a holder whose renewals are overdue reports as its time left: its lock lasts as long
 // as its connection, so waiters look again now and then (the doorbell wakes them earlier).
 constexpr std::int64_t kOverdueRecheckUs = 1'000'000;
+// Bits of a token below its epoch: 2^40 acquisitions of a key per server run.
+constexpr int kEpochShift = 40;
 // How long a woken waiter's takeover (it holds the bell, the row is not yet written) is
 // reported to last.
 constexpr std::chrono::milliseconds kHandoffRecheck{50};
 
 struct SessionSql {
   SessionSql(const std::string& table, bool lock_delay) {
-    const std::string t = "`" + table + "`";
-    const std::string seq = "`" + table + "_seq`";
+    const std::string t = "`" + table + "_session`";
+    const std::string floor = "`" + table + "_epoch`";
     const std::string now = "UTC_TIMESTAMP(6)";
     // The lock_delay option, as a constant of the statements (their parameters stay the same).
     const std::string delay = lock_delay ? "1" : "0";
@@ -47,6 +49,15 @@ struct SessionSql {
     // key's GET_LOCK, so a holder that is not this session is gone).
     const std::string closed =
         "(owner <> '' AND expires_at > " + now + " AND (hold_count = 0 OR (" + delay + " AND NOT " + mine + ")))";
+    // The common case in one plain statement (a memory table's statements cost about as much
+    // as their expressions): a new acquisition of a key with a row, free, expired or its holder
+    // gone, once this session holds the key's GET_LOCK, taking it if free. Anything else (no
+    // row, a re-entry, a closed row, another holder) is left to `acquire`. Parameters: owner,
+    // ttl, key, bell, bell.
+    take = "UPDATE " + t + " SET token = LAST_INSERT_ID(token + 1), hold_count = 1, owner = ?, session_id = CONNECTION_ID(),"
+           " acquired_at = " + now + ", expires_at = " + now + " + INTERVAL ? MICROSECOND, renewals = renewals + 1"
+           " WHERE name = ? AND (IS_USED_LOCK(?) <=> CONNECTION_ID() OR GET_LOCK(?, 0) = 1)"
+           " AND NOT (owner <> '' AND expires_at > " + now + " AND (hold_count = 0 OR " + delay + "))";
     // The SELECT yields a row only when this session holds the key's GET_LOCK, taking it if
     // free; then whatever the row says is stale unless it is ours or closed. Columns are
     // assigned left to right: `owner` after everything that tests the old owner; after the hold
@@ -55,8 +66,7 @@ struct SessionSql {
     // Parameters: key, owner, ttl, bell, bell, then `known` 10 times.
     acquire = "INSERT INTO " + t + " (name, owner, token, hold_count, acquired_at, expires_at, session_id)"
               " SELECT ?, ?, LAST_INSERT_ID(v + 1), 1, " + now + ", " + now + " + INTERVAL ? MICROSECOND, CONNECTION_ID()"
-              " FROM " + seq + " WHERE id = 0 AND (IS_USED_LOCK(?) <=> CONNECTION_ID() OR GET_LOCK(?, 0) = 1)"
-              " LOCK IN SHARE MODE"
+              " FROM " + floor + " WHERE id = 0 AND (IS_USED_LOCK(?) <=> CONNECTION_ID() OR GET_LOCK(?, 0) = 1)"
               " ON DUPLICATE KEY UPDATE"
               " token = IF(" + closed + ", token, IF(" + mine + ", token + 0 * LAST_INSERT_ID(0), LAST_INSERT_ID(token + 1))),"
               " hold_count = IF(" + closed + ", hold_count, IF(" + mine + ", hold_count + 1, 1)),"
@@ -90,6 +100,12 @@ struct SessionSql {
     const std::string ours = " WHERE name = ? AND owner = ? AND token = ?" + live;
     // Parameters: ttl, key, owner, token, bell.
     renew = "UPDATE " + t + " SET expires_at = " + now + " + INTERVAL ? MICROSECOND, renewals = renewals + 1" + ours;
+    // The common release in one plain statement: the last hold, on the holder's own connection,
+    // which frees the lock. Anything else is left to `release`. Parameters: bell, key, owner,
+    // token, bell.
+    free = "UPDATE " + t + " SET owner = '', expires_at = " + now + ", hold_count = 0, session_id = 0 * RELEASE_LOCK(?)"
+           " WHERE name = ? AND owner = ? AND token = ? AND hold_count = 1 AND session_id = CONNECTION_ID()"
+           " AND IS_USED_LOCK(?) <=> CONNECTION_ID()";
     // The last hold frees the row, and the lock with it when this connection holds it. The
     // holds left come back as the insert id: kEvictedRelease for an evicted holder, whose
     // release counts as its last hold's, and for one whose session ended (held only with
@@ -127,23 +143,31 @@ struct SessionSql {
     orphaned = "SELECT session_id FROM " + t +
                " WHERE name = ? AND token = ? AND owner = '' AND session_id <> 0 AND session_id = IS_USED_LOCK(?)";
     settle = "UPDATE " + t + " SET session_id = 0 WHERE name = ? AND token = ? AND owner = ''";
-    lock_floor = "SELECT v FROM " + seq + " WHERE id = 0 FOR UPDATE";
     // Rows of live sessions keep an owner; a row whose session died keeps its owner too until
-    // the next acquire takes it over, so only released rows are removed.
-    raise_floor = "UPDATE " + seq + " SET v = GREATEST(v, (SELECT COALESCE(MAX(token), 0) FROM " + t +
+    // the next acquire takes it over, so only released rows are removed, and only those at or
+    // below the floor once it is raised: one taken and released again in between has a token
+    // above it and stays. (Memory tables have no transactions to make the two one.)
+    raise_floor = "UPDATE " + floor + " SET v = GREATEST(v, (SELECT COALESCE(MAX(token), 0) FROM " + t +
                   " WHERE owner = '')) WHERE id = 0";
-    delete_idle = "DELETE FROM " + t + " WHERE owner = ''";
+    delete_idle = "DELETE FROM " + t + " WHERE owner = '' AND token <= (SELECT v FROM " + floor + " WHERE id = 0)";
+    has_floor = "SELECT 1 FROM " + floor + " WHERE id = 0";
+    // The epoch: raised, durably, once per server run. Its insert id is the new epoch.
+    raise_epoch = "INSERT INTO `" + table + "_seq` (id, v) VALUES (1, LAST_INSERT_ID(1))"
+                  " ON DUPLICATE KEY UPDATE v = LAST_INSERT_ID(v + 1)";
+    // Parameter: the epoch's first token.
+    start_floor = "INSERT IGNORE INTO " + floor + " (id, v) VALUES (0, ?)";
   }
 
-  std::string acquire, reentered, conflict, reenter_elsewhere, renew, release, drop_bell, drop_expired, inspect, list_bounded,
-      list_open, session_of, force_release, evict, orphaned, settle, lock_floor, raise_floor, delete_idle;
+  std::string take, acquire, reentered, conflict, free, reenter_elsewhere, renew, release, drop_bell, drop_expired, inspect, list_bounded,
+      list_open, session_of, force_release, evict, orphaned, settle, raise_floor, delete_idle, has_floor, raise_epoch,
+      start_floor;
 };
 
 class SessionBackend final : public ModeBackend {
  public:
   explicit SessionBackend(Settings settings) : ModeBackend(std::move(settings)), sql_(settings_.table, settings_.lock_delay) {
     auto connection = take();
-    ensure_lock_table(*connection);  // also checks for session_id
+    ensure_lock_table(*connection, true);
     watch_lock_connections();
   }
 
@@ -157,6 +181,14 @@ class SessionBackend final : public ModeBackend {
   }
 
   backend::AcquireResult attempt(const backend::AcquireRequest& request, DoorbellChannel* channel) override {
+    for (;;) {
+      if (auto result = attempt_once(request, channel)) return *result;
+    }
+  }
+
+  // One attempt; nothing when it must be made again (the server had restarted: a new epoch
+  // began).
+  std::optional<backend::AcquireResult> attempt_once(const backend::AcquireRequest& request, DoorbellChannel* channel) {
     const std::string bell = bell_name(request.key);
     // A new lock gets a connection of its own: ending that connection (force-release) must
     // not end other locks.
@@ -164,12 +196,30 @@ class SessionBackend final : public ModeBackend {
     Connection* connection = attempt.connection;
     const std::int64_t known = remembered(request.key, request.owner) == connection->serial() ? 1 : 0;
     const std::int64_t ttl = ttl_us(request.ttl);
+    const auto look = [&] {
+      return with_retries(request.key, [&] { return connection->query(sql_.conflict, {bell, bell, bell, request.key}); });
+    };
     Outcome outcome;
+    std::vector<Row> rows;  // the key's row, once looked at
     try {
-      outcome = with_retries(request.key, [&] {
-        return connection->execute(sql_.acquire, {request.key, request.owner, ttl, bell, bell, known, known, known, known,
-                                                  known, known, known, known, known, known});
-      });
+      if (!known) {
+        outcome = with_retries(request.key, [&] {
+          return connection->execute(sql_.take, {request.owner, ttl, request.key, bell, bell});
+        });
+        if (outcome.affected == 1) {
+          if (attempt.channel) attempt.channel->bell_settled();
+          remember(request.key, request.owner, connection->serial(), outcome.insert_id);
+          return backend::Acquired{outcome.insert_id, 1};
+        }
+        // Not taken: its row says why, and only without one can `acquire` do better.
+        rows = look();
+      }
+      if (rows.empty()) {
+        outcome = with_retries(request.key, [&] {
+          return connection->execute(sql_.acquire, {request.key, request.owner, ttl, bell, bell, known, known, known,
+                                                    known, known, known, known, known, known, known});
+        });
+      }
     } catch (...) {
       // A lock taken by a statement that then failed would block the key until this
       // connection ends.
@@ -178,19 +228,21 @@ class SessionBackend final : public ModeBackend {
       throw;
     }
     if (attempt.channel) attempt.channel->bell_settled();
-    if (outcome.affected == 1 || (outcome.affected == 2 && outcome.insert_id != 0)) {
-      remember(request.key, request.owner, connection->serial(), outcome.insert_id);
-      return backend::Acquired{outcome.insert_id, 1};
+    if (rows.empty()) {
+      if (outcome.affected == 1 || (outcome.affected == 2 && outcome.insert_id != 0)) {
+        remember(request.key, request.owner, connection->serial(), outcome.insert_id);
+        return backend::Acquired{outcome.insert_id, 1};
+      }
+      if (outcome.affected == 2) {  // a re-entry on this connection
+        const auto held = with_retries(request.key, [&] {
+          return connection->query(sql_.reentered, {request.key, request.owner});
+        });
+        if (held.empty()) throw BackendError("a re-entry of '" + std::string(request.key) + "' left no row", kName);
+        return backend::Acquired{to_u64(held[0][0]), static_cast<std::uint32_t>(to_u64(held[0][1]))};
+      }
+      // Another connection holds the lock, or the row is closed.
+      rows = look();
     }
-    if (outcome.affected == 2) {  // a re-entry on this connection
-      const auto rows = with_retries(request.key, [&] {
-        return connection->query(sql_.reentered, {request.key, request.owner});
-      });
-      if (rows.empty()) throw BackendError("a re-entry of '" + std::string(request.key) + "' left no row", kName);
-      return backend::Acquired{to_u64(rows[0][0]), static_cast<std::uint32_t>(to_u64(rows[0][1]))};
-    }
-    // Another connection holds the lock, or the row is closed.
-    const auto rows = with_retries(request.key, [&] { return connection->query(sql_.conflict, {bell, bell, bell, request.key}); });
     const auto yes = std::optional<std::string>("1");
     const bool live = !rows.empty() && rows[0][5] == yes;
     if (!rows.empty() && rows[0][6] == yes) {
@@ -208,7 +260,9 @@ class SessionBackend final : public ModeBackend {
       return backend::Busy{{std::move(holder)}, left};
     }
     if (!live) {
-      // Its holder has the lock but has not written the row yet (a woken waiter taking over).
+      // The server restarted (its memory tables are empty): a new epoch first. Or the key's
+      // holder has the lock but has not written the row yet (a woken waiter taking over).
+      if (start_epoch(*connection)) return std::nullopt;
       return backend::Busy{{}, kHandoffRecheck};
     }
     LockInfo holder = info(std::string(request.key), rows[0], 0);
@@ -244,6 +298,12 @@ class SessionBackend final : public ModeBackend {
     auto connection = take_for(lease.key, lease.owner, lease.token);
     const bool on_holder = remembered(lease.key, lease.owner, lease.token) == connection->serial();
     const auto token = static_cast<std::int64_t>(lease.token);
+    if (on_holder && with_retries(lease.key, [&] {
+                       return connection->execute(sql_.free, {bell, lease.key, lease.owner, token, bell});
+                     }).affected == 1) {
+      forget(lease.key, lease.owner, lease.token);
+      return 0u;
+    }
     const auto outcome = with_retries(lease.key, [&] {
       return connection->execute(sql_.release, {bell, bell, bell, bell, bell, lease.key, lease.owner, token, bell});
     });
@@ -296,15 +356,24 @@ class SessionBackend final : public ModeBackend {
   std::size_t collect_idle() override {
     auto connection = take();
     return with_retries({}, [&] {
-      return in_transaction(*connection, [&] {
-        connection->query(sql_.lock_floor, {});
-        connection->execute(sql_.raise_floor, {});
-        return static_cast<std::size_t>(connection->execute(sql_.delete_idle, {}).affected);
-      });
+      connection->execute(sql_.raise_floor, {});
+      return static_cast<std::size_t>(connection->execute(sql_.delete_idle, {}).affected);
     });
   }
 
  private:
+  // Tokens are the epoch times 2^40 plus a count within it. The memory tables that hold the
+  // keys' state and the token floor are empty after a restart; the epoch, raised (durably, in
+  // the `_seq` table) once per server run, keeps tokens rising across restarts. True when
+  // this call set the floor; false when it was there.
+  bool start_epoch(Connection& connection) {
+    if (!with_retries({}, [&] { return connection.query(sql_.has_floor, {}); }).empty()) return false;
+    const std::uint64_t epoch = with_retries({}, [&] { return connection.execute(sql_.raise_epoch, {}); }).insert_id;
+    const auto first = static_cast<std::int64_t>(epoch << kEpochShift);
+    with_retries({}, [&] { return connection.execute(sql_.start_floor, {first}); });  // unless another client's won
+    return true;
+  }
+
   void drop_bell(Connection& connection, const std::string& bell) noexcept {
     try {
       connection.query(sql_.drop_bell, {bell, bell});

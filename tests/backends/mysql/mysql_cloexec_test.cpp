@@ -85,7 +85,8 @@ TEST(MysqlCloseOnExec, BackendSocketsAreCloseOnExec) {
   test::drop_tables(*url, {table});
   for (const char* mode : {"_lease", "_session"}) {
     const std::string lock_table = table + mode;
-    test::drop_tables(*url, {lock_table, lock_table + "_seq", lock_table + "_activity"});
+    test::drop_tables(*url, {lock_table, lock_table + "_seq", lock_table + "_activity", lock_table + "_session",
+                             lock_table + "_epoch"});
   }
 }
 

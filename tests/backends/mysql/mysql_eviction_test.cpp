@@ -43,7 +43,8 @@ class MysqlEviction : public ::testing::Test {
 
   void TearDown() override {
     if (!table_.empty() && !url_.empty()) {
-      test::drop_tables(url_, {table_, table_ + "_seq", table_ + "_activity"});
+      test::drop_tables(url_,
+                        {table_, table_ + "_seq", table_ + "_activity", table_ + "_session", table_ + "_epoch"});
     }
   }
 
@@ -51,9 +52,10 @@ class MysqlEviction : public ::testing::Test {
     return with_option(with_option(url_, "table=" + table_), "mode=" + mode);
   }
 
-  // One column of the key's row in the test's table.
-  std::string column(const std::string& name, const std::string& id_column = "name") {
-    const auto rows = test::select_rows(url_, "SELECT " + name + " FROM `" + table_ + "` WHERE " + id_column + " = 'k'");
+  // One column of the key's row in the test's table (session mode: its memory table).
+  std::string column(const std::string& name, const std::string& id_column = "name", const std::string& suffix = "") {
+    const auto rows =
+        test::select_rows(url_, "SELECT " + name + " FROM `" + table_ + suffix + "` WHERE " + id_column + " = 'k'");
     return rows.size() == 1 && rows[0][0] ? *rows[0][0] : "(none)";
   }
 
@@ -86,7 +88,7 @@ TEST_F(MysqlEviction, SessionModeKeyStaysClosedWhenTheEvictedHoldersConnectionEn
 
   const auto evicted = sole_holder(admin.force_release("k"));
   ASSERT_TRUE(evicted);
-  const std::string session = column("session_id");
+  const std::string session = column("session_id", "name", "_session");
   test::run_statement(url_, "KILL CONNECTION " + session);
   // One waiter is granted the lock and keeps it; the other sleeps on it.
   ASSERT_TRUE(eventually([&] { return sessions_in_get_lock() == 1; }, 10s));

@@ -184,7 +184,8 @@ class MysqlFault : public ::testing::Test {
     if (admin_url_.empty() || table_.empty()) return;
     RawConnection admin(admin_url_);
     if (admin.ok()) {
-      admin.query("DROP TABLE IF EXISTS `" + table_ + "`, `" + table_ + "_seq`");
+      admin.query("DROP TABLE IF EXISTS `" + table_ + "`, `" + table_ + "_seq`, `" + table_ + "_activity`, `" + table_ +
+                  "_session`, `" + table_ + "_epoch`");
     }
   }
 
@@ -395,8 +396,8 @@ TEST_F(MysqlFault, RowModeServerRestartWhileHeld) {
 }
 
 // Session mode: the lock is the holder's session, and a restart ends every session. Another
-// client may take the key as soon as the server is back, and the holder learns of the loss
-// at its next renewal: the server answers "not yours" (not_owner).
+// client may take the key as soon as the server is back, with a higher token, and the holder
+// learns of the loss (its connection closed; or at its next renewal, "not yours").
 TEST_F(MysqlFault, SessionModeServerRestartLosesTheLock) {
   NEED("DLOCK_MYSQL_DIR");
   const auto ttl = 9s;
@@ -426,6 +427,35 @@ TEST_F(MysqlFault, SessionModeServerRestartLosesTheLock) {
   EXPECT_FALSE(lease.held());
   EXPECT_THROW(lease.release(), LockLostError);
   EXPECT_NO_THROW(taken.lease().release());
+}
+
+// Session mode keeps a key's state and its token floor in memory tables, which a restart
+// empties: tokens still rise, across two restarts, idle clean-up (collect_idle removes the
+// released row, so the next token comes from the floor) and a client opened before them.
+TEST_F(MysqlFault, SessionModeTokensRiseAcrossRestartsAndCleanUp) {
+  NEED("DLOCK_MYSQL_DIR");
+  const std::string url = with_option(table_url(), "mode=session");
+  Client client = Client::open(url);
+  std::uint64_t last = 0;
+  const auto cycle = [&](const char* after) {
+    Lease lease = first_call_after_drop(std::string("acquire ") + after, [&] { return client.acquire("k"); });
+    EXPECT_GT(lease.token(), last) << "the token went back " << after;
+    last = lease.token();
+    lease.release();
+  };
+  cycle("at first");
+  cycle("again");
+  EXPECT_GE(client.collect_idle(), 1u);
+  cycle("after the clean-up");
+  restart_server();
+  cycle("after a restart");
+  EXPECT_GE(first_call_after_drop("collect_idle after a restart", [&] { return client.collect_idle(); }), 1u);
+  cycle("after a restart and a clean-up");
+  restart_server();
+  cycle("after a second restart");
+  Client fresh = Client::open(url);
+  Lease lease = fresh.acquire("k");
+  EXPECT_GT(lease.token(), last) << "a new client's token went back";
 }
 
 // KILL CONNECTION while a holder renews and a waiter on another client is blocked in its
@@ -589,7 +619,7 @@ TEST_F(MysqlFault, SessionModeKilledHolder) {
 
   RawConnection admin(admin_url_);
   ASSERT_TRUE(admin.ok()) << admin.error();
-  const auto session = admin.query("SELECT session_id FROM `" + table_ + "` WHERE name = 'k'");
+  const auto session = admin.query("SELECT session_id FROM `" + table_ + "_session` WHERE name = 'k'");
   ASSERT_TRUE(session && session->size() == 1) << admin.error();
   const auto killed_at = Clock::now();
   ASSERT_TRUE(admin.query("KILL CONNECTION " + session->at(0).at(0))) << admin.error();
