@@ -65,6 +65,15 @@ void raise(const SqlError& e, const Settings& settings, std::string_view key) {
       throw ConfigurationError("database '" + settings.connect.database + "' does not exist on the server of " + url +
                                    "; create it or fix the URL" + detail,
                                kName);
+    case ER_RECORD_FILE_FULL:
+      if (settings.mode != "session") break;
+      throw ConfigurationError("table '" + settings.table + "_session' is full even without its released rows" + detail +
+                                   ": session mode keeps a row per held key in a memory table, whose size "
+                                   "max_heap_table_size fixed when it was made; while no lock is held, drop `" +
+                                   settings.table + "_session` and `" + settings.table +
+                                   "_epoch` and make them anew with a larger max_heap_table_size "
+                                   "(dlock schema mysql prints the DDL)",
+                               kName);
     case ER_TABLEACCESS_DENIED_ERROR:
     case ER_COLUMNACCESS_DENIED_ERROR:
     case ER_SPECIFIC_ACCESS_DENIED_ERROR:

@@ -215,9 +215,19 @@ class SessionBackend final : public ModeBackend {
         rows = look();
       }
       if (rows.empty()) {
-        outcome = with_retries(request.key, [&] {
+        const auto acquire = [&] {
           return connection->execute(sql_.acquire, {request.key, request.owner, ttl, bell, bell, known, known, known,
                                                     known, known, known, known, known, known, known});
+        };
+        outcome = with_retries(request.key, [&] {
+          try {
+            return acquire();
+          } catch (const SqlError& e) {
+            if (e.code != ER_RECORD_FILE_FULL) throw;
+          }
+          // The memory table is full: make room by removing released rows, once.
+          remove_idle(*connection);
+          return acquire();
         });
       }
     } catch (...) {
@@ -355,13 +365,15 @@ class SessionBackend final : public ModeBackend {
 
   std::size_t collect_idle() override {
     auto connection = take();
-    return with_retries({}, [&] {
-      connection->execute(sql_.raise_floor, {});
-      return static_cast<std::size_t>(connection->execute(sql_.delete_idle, {}).affected);
-    });
+    return with_retries({}, [&] { return remove_idle(*connection); });
   }
 
  private:
+  std::size_t remove_idle(Connection& connection) {
+    connection.execute(sql_.raise_floor, {});
+    return static_cast<std::size_t>(connection.execute(sql_.delete_idle, {}).affected);
+  }
+
   // Tokens are the epoch times 2^40 plus a count within it. The memory tables that hold the
   // keys' state and the token floor are empty after a restart; the epoch, raised (durably, in
   // the `_seq` table) once per server run, keeps tokens rising across restarts. True when

@@ -458,6 +458,31 @@ TEST_F(MysqlFault, SessionModeTokensRiseAcrossRestartsAndCleanUp) {
   EXPECT_GT(lease.token(), last) << "a new client's token went back";
 }
 
+// Session mode's memory table has a size fixed when it was made. Released rows are removed
+// to make room when it is full; a table full of held keys is an error naming the fix.
+TEST_F(MysqlFault, SessionModeFullMemoryTable) {
+  const std::string url = with_option(table_url(), "mode=session");
+  { Client made = Client::open(url); }
+  RawConnection raw(url_);
+  ASSERT_TRUE(raw.ok()) << raw.error();
+  const auto ddl = raw.query("SHOW CREATE TABLE `" + table_ + "_session`");
+  ASSERT_TRUE(ddl && ddl->size() == 1) << raw.error();
+  ASSERT_TRUE(raw.query("DROP TABLE `" + table_ + "_session`")) << raw.error();
+  ASSERT_TRUE(raw.query("SET SESSION max_heap_table_size = 65536")) << raw.error();  // some 50 rows
+  ASSERT_TRUE(raw.query(ddl->at(0).at(1))) << raw.error();
+
+  Client client = Client::open(url);
+  for (int i = 0; i < 200; ++i) client.acquire("k" + std::to_string(i)).release();
+  std::vector<Lease> held;
+  try {
+    for (int i = 0; i < 200; ++i) held.push_back(client.acquire("held" + std::to_string(i)));
+    ADD_FAILURE() << "200 keys held in a table of some 50 rows";
+  } catch (const ConfigurationError& e) {
+    EXPECT_NE(std::string(e.what()).find("max_heap_table_size"), std::string::npos) << e.what();
+    EXPECT_GT(held.size(), 10u) << e.what();
+  }
+}
+
 // KILL CONNECTION while a holder renews and a waiter on another client is blocked in its
 // doorbell (GET_LOCK): first the waiter's session alone, then every session of the dlock
 // user. Both recover: the holder keeps the lease, renews, and releases cleanly even right
