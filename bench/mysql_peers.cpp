@@ -38,11 +38,15 @@
 #include <thread>
 #include <vector>
 
+#include "cli/bench_cycle.hpp"
 #include "cli/bench_histogram.hpp"
 
 namespace {
 
+using dlock::cli::ContendedState;
 using dlock::cli::Histogram;
+using dlock::cli::mono_ns;
+using dlock::cli::run_cycle;
 using namespace std::chrono_literals;
 
 constexpr int kMaxClients = 256;
@@ -83,12 +87,6 @@ struct Args {
   bool bare() const { return impl == "bare-get-lock"; }
 };
 
-std::uint64_t mono_ns() {
-  timespec ts{};
-  clock_gettime(CLOCK_MONOTONIC, &ts);
-  return static_cast<std::uint64_t>(ts.tv_sec) * kNsPerSecond + static_cast<std::uint64_t>(ts.tv_nsec);
-}
-
 // "mysql_peers", or "mysql_peers: client 3" in a client: the start of every error message.
 std::string who = "mysql_peers";
 
@@ -107,12 +105,7 @@ struct Shared {
   alignas(64) std::atomic<std::uint32_t> phase{kStarting};
   std::atomic<std::uint32_t> ready{0};  // clients connected
 
-  // contended: what the lock protects (read, then written back + 1: a non-exclusive
-  // acquisition shows up as a lost update).
-  alignas(64) std::atomic<std::uint64_t> counter{0};
-  std::atomic<std::uint64_t> t_release_ns{0};
-  std::atomic<std::uint32_t> inside{0};
-  std::atomic<std::uint64_t> overlaps{0};
+  alignas(64) ContendedState contended;  // what the contended workload's lock protects
 
   // Written by each client as it exits, read by the parent after reaping it.
   struct Slot {
@@ -237,29 +230,11 @@ void run_client(MYSQL* mysql, const Args& a, Shared& s, int index) {
   Histogram latency;
   Histogram handoff;
   std::uint64_t acquisitions = 0;
+  ContendedState* contended = a.workload == Workload::contended ? &s.contended : nullptr;
+  const auto record = [&](std::uint64_t ns) { latency.add(ns); };
   for (std::uint32_t phase; (phase = s.phase.load()) != kStop;) {
-    const std::uint64_t t0 = mono_ns();
-    mutex.lock();
-    const std::uint64_t t_locked = mono_ns();
+    run_cycle(mutex, hold, contended, phase == kMeasure, record, handoff);
     ++acquisitions;
-    if (a.workload != Workload::contended) {
-      if (hold > 0ms) std::this_thread::sleep_for(hold);
-      mutex.unlock();
-      if (phase == kMeasure) latency.add(mono_ns() - t0);
-      continue;
-    }
-    if (s.inside.fetch_add(1) != 0) s.overlaps.fetch_add(1);
-    const std::uint64_t previous_release = s.t_release_ns.load();
-    const std::uint64_t value = s.counter.load();
-    if (hold > 0ms) std::this_thread::sleep_for(hold);
-    s.counter.store(value + 1);
-    s.inside.fetch_sub(1);
-    s.t_release_ns.store(mono_ns());
-    mutex.unlock();
-    if (phase == kMeasure) {
-      latency.add(t_locked - t0);
-      if (previous_release != 0) handoff.add(t_locked - std::min(previous_release, t_locked));
-    }
   }
   Shared::Slot& slot = s.slots[index];
   slot.acquisitions = acquisitions;
@@ -471,8 +446,8 @@ int main(int argc, char** argv) {
     add("handoff_p99_us", "%.15g", us(*handoff.percentile(99)));
   }
   if (a.workload == Workload::contended) {
-    j += ",\"lost_updates\":" + std::to_string(static_cast<std::int64_t>(acquisitions - s.counter.load())) +
-         ",\"overlaps\":" + std::to_string(s.overlaps.load());
+    j += ",\"lost_updates\":" + std::to_string(static_cast<std::int64_t>(acquisitions - s.contended.counter.load())) +
+         ",\"overlaps\":" + std::to_string(s.contended.overlaps.load());
   }
   std::printf("%s}\n", j.c_str());
   return 0;

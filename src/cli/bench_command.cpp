@@ -34,6 +34,7 @@
 #include <thread>
 #include <vector>
 
+#include "cli/bench_cycle.hpp"
 #include "cli/bench_histogram.hpp"
 #include "cli/commands.hpp"
 
@@ -58,13 +59,6 @@ struct BenchArgs {
   std::string key_prefix;
 };
 
-// CLOCK_MONOTONIC, as the spec requires for t_release; one clock for every sample.
-std::uint64_t mono_ns() {
-  timespec ts{};
-  clock_gettime(CLOCK_MONOTONIC, &ts);
-  return static_cast<std::uint64_t>(ts.tv_sec) * kNsPerSecond + static_cast<std::uint64_t>(ts.tv_nsec);
-}
-
 enum Phase : std::uint32_t { kStarting, kWarmup, kMeasure, kStop };
 
 // Atomics in a MAP_SHARED mapping work across processes only when they are lock-free.
@@ -80,12 +74,7 @@ struct Shared {
   std::atomic<std::uint32_t> failed{0};
   std::atomic<std::uint64_t> leases_lost{0};
 
-  // contended: what the lock protects. The counter is read and later written back + 1 (not
-  // fetch_add), so an acquisition that was not exclusive shows up as a lost update.
-  alignas(64) std::atomic<std::uint64_t> counter{0};
-  std::atomic<std::uint64_t> t_release_ns{0};
-  std::atomic<std::uint32_t> inside{0};
-  std::atomic<std::uint64_t> overlaps{0};
+  alignas(64) ContendedState contended;  // what the contended workload's lock protects
 
   // Measured ops per worker, read by the progress display.
   struct alignas(64) Slot {
@@ -144,30 +133,10 @@ WorkerResult run_worker(const Client& client, const BenchArgs& a, Shared& s, int
   mutex.on_lost([&s](const LossInfo&) { s.leases_lost.fetch_add(1); });
   const std::chrono::milliseconds hold = a.hold;
   wait_for_start(s);
+  ContendedState* contended = a.workload == Workload::contended ? &s.contended : nullptr;
   for (std::uint32_t phase; (phase = s.phase.load()) != kStop;) {
-    const std::uint64_t t0 = mono_ns();
-    mutex.lock();
-    const std::uint64_t t_locked = mono_ns();
+    run_cycle(mutex, hold, contended, phase == kMeasure, record, r.handoff);
     ++r.acquisitions;
-    if (a.workload != Workload::contended) {
-      if (hold > 0ms) std::this_thread::sleep_for(hold);
-      mutex.unlock();
-      if (phase == kMeasure) record(mono_ns() - t0);
-      continue;
-    }
-    if (s.inside.fetch_add(1) != 0) s.overlaps.fetch_add(1);
-    const std::uint64_t previous_release = s.t_release_ns.load();
-    const std::uint64_t value = s.counter.load();
-    if (hold > 0ms) std::this_thread::sleep_for(hold);
-    s.counter.store(value + 1);
-    s.inside.fetch_sub(1);
-    s.t_release_ns.store(mono_ns());
-    mutex.unlock();
-    if (phase == kMeasure) {
-      record(t_locked - t0);
-      // 0: nobody released before us. min(): an overlapping holder may have written it later.
-      if (previous_release != 0) r.handoff.add(t_locked - std::min(previous_release, t_locked));
-    }
   }
   return r;
 }
@@ -541,8 +510,8 @@ int finish(Workers& workers, Shared& s, const Client& client, const BenchArgs& a
     j["p50_over_ping"] = round_to(static_cast<double>(*p50) / static_cast<double>(timeline->ping_p50_ns), 2);
   }
   if (a.workload == Workload::contended) {
-    j["lost_updates"] = static_cast<std::int64_t>(acquisitions - s.counter.load());
-    j["overlaps"] = s.overlaps.load();
+    j["lost_updates"] = static_cast<std::int64_t>(acquisitions - s.contended.counter.load());
+    j["overlaps"] = s.contended.overlaps.load();
   }
   fmt::print("{}\n", j.dump());
   std::fflush(stdout);
