@@ -45,14 +45,16 @@ struct LeaseSql {
     // making the attempt ('' for none).
     acquire = acquire_sql(t, seq);
     // The common acquisition in one plain statement (its expressions, not its commit, are
-    // what a fused statement costs more): a key with a row, released (and not being taken
-    // over by a woken waiter) or expired, and no heir. Anything else is left to `acquire`.
-    // Parameters: bell, bell, owner, ttl, key.
+    // what a fused statement costs more): a key with a row, released or expired, and no heir.
+    // A row released by ringing the doorbell (2) goes, for a second, only to whoever gets the
+    // doorbell (`acquire`'s rule). Anything else is left to `acquire`.
+    // Parameters: bell, bell, owner, ttl, key, bell, bell.
     take = "UPDATE " + t + " SET token = LAST_INSERT_ID(token + 1), hold_count = 1, acquired_at = UTC_TIMESTAMP(6),"
            " session_id = CONNECTION_ID(), doorbell = IF(IS_USED_LOCK(?) <=> CONNECTION_ID(), 1, COALESCE(GET_LOCK(?, 0), 0)),"
            " owner = ?, expires_at = UTC_TIMESTAMP(6) + INTERVAL ? MICROSECOND"
            " WHERE name = ? AND heir_owner = '' AND ((owner = '' AND (doorbell <> 2 OR"
-           " expires_at <= UTC_TIMESTAMP(6) - INTERVAL 1 SECOND)) OR (owner <> '' AND expires_at <= UTC_TIMESTAMP(6)))";
+           " expires_at <= UTC_TIMESTAMP(6) - INTERVAL 1 SECOND OR IS_USED_LOCK(?) <=> CONNECTION_ID() OR GET_LOCK(?, 0) = 1))"
+           " OR (owner <> '' AND expires_at <= UTC_TIMESTAMP(6)))";
     // The common release in one plain statement: the last hold, with no heir. Anything else
     // is left to `release`. Parameters: bell, bell, key, owner, token.
     free = "UPDATE " + t + " SET owner = '', expires_at = UTC_TIMESTAMP(6), hold_count = 0, session_id = 0, heir_session = 0,"
@@ -369,7 +371,7 @@ class LeaseBackend final : public ModeBackend {
     };
     if (!channel) {
       const auto taken = with_retries(request.key, [&] {
-        return connection.execute(sql_.take, {bell, bell, request.owner, ttl, request.key});
+        return connection.execute(sql_.take, {bell, bell, request.owner, ttl, request.key, bell, bell});
       });
       if (taken.affected == 1) {
         remember(request.key, request.owner, connection.serial(), taken.insert_id);
