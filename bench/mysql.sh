@@ -2,8 +2,9 @@
 # The mysql:// figures of docs/bench.md: the four workloads in each mode (8 processes where
 # the workload has several clients), the bare GET_LOCK/RELEASE_LOCK yardstick, the peers (the
 # same workloads, ping aside, run by two designs a MySQL user would write instead of dlock:
-# bench/mysql_peers.cpp), and the statements one `dlock run` sends, read from the server's
-# general log. JSON lines on stdout.
+# bench/mysql_peers.cpp), the statements one `dlock run` sends, read from the server's
+# general log, and what those statements cost on the server (bench/mysql_statement_cost.cpp).
+# JSON lines on stdout.
 #
 #   bench/mysql.sh [DLOCK_BINARY]     default: build/release/dlock
 #
@@ -72,6 +73,12 @@ for mode in lease session row; do
   echo "{\"backend\":\"mysql\",\"mode\":\"$mode\",\"what\":\"statements of one dlock run\",\"executed\":$executed,\"lock_statements\":$lock_statements,\"activity_statements\":$activity_statements}"
   sed "s/^/  $mode: /" "$dir/executed-$mode" | cut -c1-150 >&2
 done
+
+# What the statements of a session-mode cycle cost on the server, beside the bare pair and a
+# cycle without a table row (bench/mysql_statement_cost.cpp).
+sql "CREATE SEQUENCE IF NOT EXISTS bench_session_tokens CACHE 100000;"
+g++ -O2 -std=c++20 bench/mysql_statement_cost.cpp $(pkg-config --cflags --libs libmariadb) -o "$dir/cost"
+"$dir/cost" 127.0.0.1 "$DLOCK_MYSQL_PORT" dlock dlock-test-pw dlock_test bench/mysql_session_statements.sql 10000
 
 run() {
   "$dlock" --url "$1" bench --duration "$duration" "${@:2}" || echo "mysql.sh: failed: bench $*" >&2
