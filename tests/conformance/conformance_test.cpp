@@ -115,6 +115,45 @@ TEST_P(Conformance, MutualExclusionThreads) {
   EXPECT_TRUE(shared_client.inspect(k).empty()) << "the key is still held after every thread unlocked";
 }
 
+// Threads of one client, each its own owner, each acquisition a try and then a wait, with no
+// pause inside: the client's own bookkeeping (which connection, which session, holds what) is
+// what is tested, at the rate it changes hands.
+TEST_P(Conformance, MutualExclusionThreadsOfOneClient) {
+  constexpr int kThreads = 4;
+  constexpr int kIterations = 150;
+  const std::string k = key();
+  Client client = open();
+  std::atomic<int> inside{0}, overlaps{0}, token_regressions{0};
+  std::uint64_t last_token = 0;
+  long long count = 0;
+  std::vector<std::thread> threads;
+  for (int t = 0; t < kThreads; ++t) {
+    threads.emplace_back([&, t] {
+      try {
+        Mutex mutex = client.mutex(k);
+        for (int i = 0; i < kIterations; ++i) {
+          std::unique_lock guard(mutex, std::try_to_lock);
+          if (!guard.owns_lock()) guard.lock();
+          if (inside.fetch_add(1) != 0) ++overlaps;
+          const std::uint64_t token = mutex.lease()->token();
+          if (token <= last_token) ++token_regressions;
+          last_token = token;
+          const long long seen = count;
+          std::this_thread::yield();
+          count = seen + 1;
+          inside.fetch_sub(1);
+        }
+      } catch (const std::exception& e) {
+        ADD_FAILURE() << "thread " << t << ": " << e.what();
+      }
+    });
+  }
+  for (auto& thread : threads) thread.join();
+  EXPECT_EQ(overlaps.load(), 0) << "threads were inside the critical section together";
+  EXPECT_EQ(token_regressions.load(), 0) << "a later acquisition got a fencing token not above the one before";
+  EXPECT_EQ(count, kThreads * kIterations) << "updates were lost: two holders at once";
+}
+
 TEST_P(Conformance, MutualExclusionProcesses) {
   DLOCK_SKIP_UNLESS_MULTI_PROCESS();
   constexpr int kWorkers = 4;

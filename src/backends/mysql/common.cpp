@@ -147,13 +147,8 @@ Pool::Lease ModeBackend::take() {
 }
 
 Pool::Lease ModeBackend::take_unpinned() {
-  std::vector<std::uint64_t> pinned;
-  {
-    std::lock_guard lock(sessions_mutex_);
-    for (const auto& [lease, held] : sessions_) pinned.push_back(held.serial);
-  }
   try {
-    return pool_.take_excluding(pinned);
+    return pool_.take_unpinned();
   } catch (const SqlError& e) {
     raise(e, settings_);
   }
@@ -186,8 +181,15 @@ ModeBackend::Attempt ModeBackend::attempt_for(const backend::AcquireRequest& req
 void ModeBackend::remember(std::string_view key, std::string_view owner, std::uint64_t connection_serial,
                            std::uint64_t token) {
   {
+    // Pinned before the connection goes back to the pool: a take_unpinned() in between
+    // would hand out a connection that holds this lock (GET_LOCK is re-entrant per session).
     std::lock_guard lock(sessions_mutex_);
-    sessions_[{std::string(key), std::string(owner)}] = Remembered{connection_serial, token};
+    auto [it, added] = sessions_.try_emplace({std::string(key), std::string(owner)}, Remembered{connection_serial, token});
+    if (added || it->second.serial != connection_serial) {
+      pool_.pin(connection_serial);
+      if (!added) pool_.unpin(it->second.serial);
+    }
+    it->second = Remembered{connection_serial, token};
   }
   if (watching_connections_) pool_.watch(connection_serial);
 }
@@ -206,6 +208,7 @@ void ModeBackend::forget(std::string_view key, std::string_view owner, std::uint
   if (it == sessions_.end() || it->second.token != token) return;
   const std::uint64_t serial = it->second.serial;
   sessions_.erase(it);
+  pool_.unpin(serial);
   if (!watching_connections_) return;
   const bool still_used = std::any_of(sessions_.begin(), sessions_.end(), [&](const auto& s) { return s.second.serial == serial; });
   if (!still_used) pool_.unwatch(serial);
@@ -234,6 +237,7 @@ void ModeBackend::connection_closed(std::uint64_t serial) {
       }
       lost.emplace_back(it->first, it->second.token);
       it = sessions_.erase(it);
+      pool_.unpin(serial);
     }
     events = events_;
   }

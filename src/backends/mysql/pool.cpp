@@ -13,16 +13,28 @@ namespace dlock::backends::mysql {
 
 Pool::~Pool() { stop_watching(); }
 
-Pool::Lease Pool::take() { return take_excluding({}); }
+Pool::Lease Pool::take() { return take_matching(false); }
 
-Pool::Lease Pool::take_excluding(const std::vector<std::uint64_t>& serials) {
+Pool::Lease Pool::take_unpinned() { return take_matching(true); }
+
+void Pool::pin(std::uint64_t serial) {
+  std::lock_guard lock(mutex_);
+  ++pins_[serial];
+}
+
+void Pool::unpin(std::uint64_t serial) {
+  std::lock_guard lock(mutex_);
+  const auto it = pins_.find(serial);
+  if (it != pins_.end() && --it->second <= 0) pins_.erase(it);
+}
+
+Pool::Lease Pool::take_matching(bool unpinned_only) {
   std::vector<std::unique_ptr<Connection>> closed;  // closed outside the lock
   {
     std::lock_guard lock(mutex_);
     for (;;) {
-      const auto it = std::find_if(idle_.rbegin(), idle_.rend(), [&](const auto& c) {
-        return std::find(serials.begin(), serials.end(), c->serial()) == serials.end();
-      });
+      const auto it = std::find_if(idle_.rbegin(), idle_.rend(),
+                                   [&](const auto& c) { return !unpinned_only || pins_.count(c->serial()) == 0; });
       if (it == idle_.rend()) break;
       if (!(*it)->still_open()) {
         closed.push_back(drop_idle(std::next(it).base()));

@@ -30,13 +30,19 @@ class Pool {
   using Lease = Pooled<Pool, Connection>;
   // Any idle connection, or a new one. Throws SqlError when connecting fails.
   Lease take();
-  // An idle connection whose serial is not listed, or a new one.
-  Lease take_excluding(const std::vector<std::uint64_t>& serials);
+  // An idle connection that is not pinned, or a new one.
+  Lease take_unpinned();
   // The connection with this serial if it is still open (waiting while another thread uses
   // it); otherwise any connection.
   Lease take(std::uint64_t serial);
 
   const ConnectOptions& options() const noexcept { return options_; }
+
+  // A connection pinned (once per pin) holds a lock for an acquisition: take_unpinned() never
+  // hands it out, take(serial) still does. Pinned while its user still has it, so that it is
+  // never idle unpinned in between.
+  void pin(std::uint64_t serial);
+  void unpin(std::uint64_t serial);
 
   // Watches the idle connections whose serials are watched (epoll, on a thread of the pool's,
   // which taking and giving back never wake), and calls `closed` with the serial of each one
@@ -54,6 +60,7 @@ class Pool {
   static constexpr std::uint64_t kBell = ~std::uint64_t{0};  // the epoll datum of bell_
 
   void give_back(std::unique_ptr<Connection> connection);
+  Lease take_matching(bool unpinned_only);
   // The watching thread's loop.
   void watch_idle();
   // Takes an idle connection the server closed out of the pool. Under mutex_.
@@ -71,6 +78,7 @@ class Pool {
   std::vector<std::unique_ptr<Connection>> idle_;
   std::unordered_map<std::uint64_t, bool> busy_;  // serials of open connections: in use?
   std::function<void(std::uint64_t)> closed_;
+  std::unordered_map<std::uint64_t, int> pins_;
   std::unordered_set<std::uint64_t> watched_;
   std::vector<std::uint64_t> closed_watched_;  // found closed, not reported yet
   int epoll_ = -1;  // the idle watched connections, and bell_
