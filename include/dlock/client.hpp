@@ -37,9 +37,14 @@
 #include "dlock/errors.hpp"
 #include "dlock/export.hpp"
 #include "dlock/options.hpp"
+#include "dlock/timed_lockable.hpp"
 #include "dlock/types.hpp"
 
 namespace dlock {
+
+class MultiLease;
+class MultiAttempt;
+class MultiMutex;
 
 namespace detail {
 struct ClientState;
@@ -133,7 +138,7 @@ class DLOCK_EXPORT Attempt {
 // its own holds: lock() twice from one thread re-enters and needs two unlock() calls.
 // Thread-safe; movable, not copyable. A moved-from Mutex may only be destroyed or assigned to:
 // lock() throws std::logic_error, unlock() logs an error.
-class DLOCK_EXPORT Mutex {
+class DLOCK_EXPORT Mutex : public detail::TimedTryLock<Mutex> {
  public:
   Mutex(Mutex&&) noexcept;
   Mutex& operator=(Mutex&&) noexcept;
@@ -143,25 +148,7 @@ class DLOCK_EXPORT Mutex {
   void lock();
   // One attempt, at most one round trip. False when held by someone else.
   bool try_lock();
-  template <class Rep, class Period>
-  bool try_lock_for(const std::chrono::duration<Rep, Period>& timeout) {
-    // A timeout beyond the steady clock's range (hours::max(), say) waits forever rather
-    // than overflowing.
-    using Steady = std::chrono::steady_clock;
-    if (std::chrono::duration<double>(timeout) >= std::chrono::duration<double>(Steady::duration::max()) / 2) {
-      return try_lock_for_steady(Steady::duration::max());
-    }
-    return try_lock_for_steady(std::chrono::ceil<Steady::duration>(timeout));
-  }
-  template <class Clock, class Duration>
-  bool try_lock_until(const std::chrono::time_point<Clock, Duration>& deadline) {
-    if constexpr (std::is_same_v<Clock, std::chrono::steady_clock>) {
-      return try_lock_until_steady(
-          std::chrono::time_point_cast<std::chrono::steady_clock::duration>(deadline));
-    } else {
-      return try_lock_for(deadline - Clock::now());
-    }
-  }
+  // try_lock_for(duration) and try_lock_until(time_point), of any clock: TimedTryLock.
   // Releases the calling owner's latest hold. Never throws (as Lockable requires); a lease
   // found lost is reported to the loss callback and the log.
   void unlock() noexcept;
@@ -177,6 +164,7 @@ class DLOCK_EXPORT Mutex {
 
  private:
   friend class Client;
+  friend class detail::TimedTryLock<Mutex>;
   explicit Mutex(std::shared_ptr<detail::MutexState> state);
   bool try_lock_until_steady(std::chrono::steady_clock::time_point deadline);
   bool try_lock_for_steady(std::chrono::steady_clock::duration timeout);
@@ -208,6 +196,18 @@ class DLOCK_EXPORT Client {
                           const LockOptions& options = {}) const;
   Attempt try_acquire_until(std::string_view key, std::chrono::steady_clock::time_point deadline,
                             const LockOptions& options = {}) const;
+
+  // Several keys as one lock (dlock/multi_lock.hpp): taken in sorted order whatever order
+  // `keys` has, duplicates folded, all or nothing; a waiting call holds none of them while it
+  // sleeps. Throws InvalidArgument for an empty list or any bad key before any round trip.
+  MultiMutex multi_mutex(std::vector<std::string> keys, LockOptions options = {}) const;
+  MultiLease acquire_all(std::vector<std::string> keys, const LockOptions& options = {}) const;
+  // One attempt at each key, in order, holding nothing when one is busy.
+  MultiAttempt try_acquire_all(std::vector<std::string> keys, const LockOptions& options = {}) const;
+  MultiAttempt try_acquire_all_for(std::vector<std::string> keys, std::chrono::steady_clock::duration timeout,
+                                   const LockOptions& options = {}) const;
+  MultiAttempt try_acquire_all_until(std::vector<std::string> keys, std::chrono::steady_clock::time_point deadline,
+                                     const LockOptions& options = {}) const;
 
   // Releases one hold of an acquisition identified by owner and token, without a Lease object
   // (scripts that acquire in one process and release in another). Returns the holds left
@@ -267,3 +267,6 @@ enum class LogLevel { debug, info, warning, error };
 DLOCK_EXPORT void set_log_handler(std::function<void(LogLevel, std::string_view)> handler);
 
 }  // namespace dlock
+
+// The multi-key types the Client members above return.
+#include "dlock/multi_lock.hpp"  // IWYU pragma: export

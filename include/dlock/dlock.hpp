@@ -4,6 +4,7 @@
 #include "dlock/backend.hpp"
 #include "dlock/client.hpp"
 #include "dlock/errors.hpp"
+#include "dlock/multi_lock.hpp"
 #include "dlock/options.hpp"
 #include "dlock/types.hpp"
 #include "dlock/version.hpp"

@@ -123,6 +123,24 @@ struct ClientState : std::enable_shared_from_this<ClientState> {
 // now + timeout, or the end of time when that would not fit.
 SteadyClock::time_point deadline_after(SteadyClock::duration timeout);
 
+// Takes the owner's latest hold out of `holds` (holds by owner); nothing when it has none.
+template <class Hold>
+std::optional<Hold> take_latest(std::unordered_map<std::string, std::deque<Hold>>& holds, const std::string& owner) {
+  const auto it = holds.find(owner);
+  if (it == holds.end() || it->second.empty()) return std::nullopt;
+  std::optional<Hold> latest(std::move(it->second.back()));
+  it->second.pop_back();
+  if (it->second.empty()) holds.erase(it);
+  return latest;
+}
+
+// The owner's latest hold in `holds`, or nullptr.
+template <class Hold>
+const Hold* latest(const std::unordered_map<std::string, std::deque<Hold>>& holds, const std::string& owner) {
+  const auto it = holds.find(owner);
+  return it == holds.end() || it->second.empty() ? nullptr : &it->second.back();
+}
+
 struct MutexState {
   std::shared_ptr<ClientState> client;
   std::string key;

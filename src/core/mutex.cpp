@@ -69,14 +69,11 @@ void Mutex::unlock() noexcept {
     std::optional<Lease> lease;
     {
       std::lock_guard lock(state_->mutex);
-      auto it = state_->holds.find(owner);
-      if (it == state_->holds.end() || it->second.empty()) {
-        core::log(LogLevel::error, "unlock() of '" + state_->key + "' by an owner that does not hold it");
-        return;
-      }
-      lease.emplace(std::move(it->second.back()));
-      it->second.pop_back();
-      if (it->second.empty()) state_->holds.erase(it);
+      lease = detail::take_latest(state_->holds, owner);
+    }
+    if (!lease) {
+      core::log(LogLevel::error, "unlock() of '" + state_->key + "' by an owner that does not hold it");
+      return;
     }
     lease->release();
   } catch (const LockLostError&) {
@@ -95,8 +92,7 @@ const Lease* Mutex::lease() const {
   if (!state_) return nullptr;
   const std::string owner = state_->current_owner();
   std::lock_guard lock(state_->mutex);
-  const auto it = state_->holds.find(owner);
-  return it == state_->holds.end() || it->second.empty() ? nullptr : &it->second.back();
+  return detail::latest(state_->holds, owner);
 }
 
 std::vector<LockInfo> Mutex::last_holders() const {

@@ -4,6 +4,9 @@
 //     ITERATIONS times: lock KEY through Client::mutex; read "COUNT TOKEN" from COUNTER_FILE
 //     (pread); check this lease's fencing token is greater than TOKEN; sleep ~0.5 ms; write
 //     COUNT+1 and the token back (pwrite); unlock. Without mutual exclusion, updates are lost.
+//   conformance_worker pair URL ITERATIONS KEY1 FILE1 KEY2 FILE2
+//     ITERATIONS times: lock KEY1 and KEY2 through one Client::multi_mutex; update FILE1 with
+//     KEY1's token, then FILE2 with KEY2's, as `counter` does (no sleep); unlock.
 //   conformance_worker hold URL KEY TTL_MS READY_FILE
 //     Acquires KEY with an auto-renewing TTL_MS lease, writes "TOKEN OWNER" to READY_FILE
 //     (atomically), then sleeps until killed. If the lease is lost (force-release), it prints
@@ -37,44 +40,72 @@ constexpr int kLost = 42;
 int usage() {
   std::fprintf(stderr,
                "usage: conformance_worker counter URL KEY ITERATIONS COUNTER_FILE\n"
+               "       conformance_worker pair URL ITERATIONS KEY1 FILE1 KEY2 FILE2\n"
                "       conformance_worker hold URL KEY TTL_MS READY_FILE\n");
   return kUsage;
 }
 
-int run_counter(const std::string& url, const std::string& key, long iterations, const std::string& path) {
-  const int fd = ::open(path.c_str(), O_RDWR);
-  if (fd < 0) {
-    std::perror(path.c_str());
+// One update of a counter file inside the lock: reads "COUNT TOKEN", checks `token` is above
+// TOKEN, sleeps `hold`, writes COUNT+1 and `token`. 0, or the exit code of what went wrong.
+int bump(int fd, std::uint64_t token, std::chrono::microseconds hold) {
+  char text[128] = {};
+  if (::pread(fd, text, sizeof text - 1, 0) < 0) {
+    std::perror("pread");
     return kIoError;
   }
+  char* end = nullptr;
+  const long long count = std::strtoll(text, &end, 10);
+  const unsigned long long last_token = std::strtoull(end, nullptr, 10);
+  if (token <= last_token) {
+    std::fprintf(stderr, "fencing token %llu is not above the previous holder's %llu\n",
+                 static_cast<unsigned long long>(token), last_token);
+    return kFencingBroken;
+  }
+  if (hold.count() > 0) std::this_thread::sleep_for(hold);
+  // Fixed width, so a shorter number never leaves digits of a longer one behind.
+  const int n = std::snprintf(text, sizeof text, "%020lld %020llu\n", count + 1, static_cast<unsigned long long>(token));
+  if (::pwrite(fd, text, static_cast<std::size_t>(n), 0) != n) {
+    std::perror("pwrite");
+    return kIoError;
+  }
+  return 0;
+}
+
+int open_counter(const std::string& path) {
+  const int fd = ::open(path.c_str(), O_RDWR);
+  if (fd < 0) std::perror(path.c_str());
+  return fd;
+}
+
+int run_counter(const std::string& url, const std::string& key, long iterations, const std::string& path) {
+  const int fd = open_counter(path);
+  if (fd < 0) return kIoError;
   auto client = dlock::Client::open(url);
   auto mutex = client.mutex(key);
   for (long i = 0; i < iterations; ++i) {
     std::lock_guard guard(mutex);
-    char text[128] = {};
-    if (::pread(fd, text, sizeof text - 1, 0) < 0) {
-      std::perror("pread");
-      return kIoError;
-    }
-    char* end = nullptr;
-    const long long count = std::strtoll(text, &end, 10);
-    const unsigned long long last_token = std::strtoull(end, nullptr, 10);
-    const std::uint64_t token = mutex.lease()->token();
-    if (token <= last_token) {
-      std::fprintf(stderr, "fencing token %llu is not above the previous holder's %llu\n",
-                   static_cast<unsigned long long>(token), last_token);
-      return kFencingBroken;
-    }
-    std::this_thread::sleep_for(std::chrono::microseconds(500));
-    // Fixed width, so a shorter number never leaves digits of a longer one behind.
-    const int n = std::snprintf(text, sizeof text, "%020lld %020llu\n", count + 1,
-                                static_cast<unsigned long long>(token));
-    if (::pwrite(fd, text, static_cast<std::size_t>(n), 0) != n) {
-      std::perror("pwrite");
-      return kIoError;
-    }
+    if (const int failed = bump(fd, mutex.lease()->token(), std::chrono::microseconds(500))) return failed;
   }
   ::close(fd);
+  return 0;
+}
+
+// Both keys through one multi-key lock, updating each key's counter file in the order given.
+int run_pair(const std::string& url, long iterations, const std::string& key1, const std::string& path1,
+             const std::string& key2, const std::string& path2) {
+  const int fd1 = open_counter(path1);
+  const int fd2 = open_counter(path2);
+  if (fd1 < 0 || fd2 < 0) return kIoError;
+  auto client = dlock::Client::open(url);
+  auto both = client.multi_mutex({key1, key2});
+  for (long i = 0; i < iterations; ++i) {
+    std::lock_guard guard(both);
+    const dlock::MultiLease& lease = *both.lease();
+    if (const int failed = bump(fd1, lease.token(key1), std::chrono::microseconds(0))) return failed;
+    if (const int failed = bump(fd2, lease.token(key2), std::chrono::microseconds(0))) return failed;
+  }
+  ::close(fd1);
+  ::close(fd2);
   return 0;
 }
 
@@ -94,9 +125,12 @@ int run_counter(const std::string& url, const std::string& key, long iterations,
 }  // namespace
 
 int main(int argc, char** argv) {
-  if (argc != 6) return usage();
-  const std::string mode = argv[1];
+  const std::string mode = argc > 1 ? argv[1] : "";
   try {
+    if (mode == "pair" && argc == 8) {
+      return run_pair(argv[2], std::strtol(argv[3], nullptr, 10), argv[4], argv[5], argv[6], argv[7]);
+    }
+    if (argc != 6) return usage();
     if (mode == "counter") return run_counter(argv[2], argv[3], std::strtol(argv[4], nullptr, 10), argv[5]);
     if (mode == "hold") run_hold(argv[2], argv[3], std::strtol(argv[4], nullptr, 10), argv[5]);
   } catch (const dlock::Error& e) {
