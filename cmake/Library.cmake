@@ -41,6 +41,7 @@ add_library(dlock_objects OBJECT
   src/core/client.cpp
   src/core/mutex.cpp
   src/core/multi_lock.cpp
+  src/core/key_template.cpp
   src/core/duration.cpp
   src/core/errors.cpp
   src/core/log.cpp

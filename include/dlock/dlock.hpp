@@ -8,3 +8,4 @@
 #include "dlock/options.hpp"
 #include "dlock/types.hpp"
 #include "dlock/version.hpp"
+#include "dlock/with_lock.hpp"

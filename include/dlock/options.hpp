@@ -18,12 +18,18 @@ struct ClientOptions {
   // pids. Default: the program's name. Bytes that are not printable ASCII, spaces and '@'
   // become '_'; a long name or host is cut to fit the 128-byte owner limit.
   std::string name;
+
+  // The lease of a lock taken without LockOptions::ttl. Default: the DLOCK_TTL environment
+  // variable when set (a duration, as parse_duration reads it: "30s", "2m"), else kDefaultTtl.
+  // Such a lock still renews in the background unless told otherwise.
+  std::optional<std::chrono::milliseconds> default_ttl;
 };
 
 // How one lock is taken. Every field is optional; the defaults suit a service protecting a
 // critical section of unknown length.
 struct LockOptions {
-  // Lease length, judged by the backend's clock. Default kDefaultTtl (30 s). Must be > 0.
+  // Lease length, judged by the backend's clock. Default: the client's default TTL
+  // (ClientOptions::default_ttl, DLOCK_TTL, else kDefaultTtl: 30 s). Must be > 0.
   // A short TTL frees the lock sooner after a crash; a long one tolerates longer pauses.
   std::optional<std::chrono::milliseconds> ttl;
 

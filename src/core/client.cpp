@@ -34,6 +34,23 @@ std::uint64_t thread_serial() {
   return serial;
 }
 
+// DLOCK_TTL, the default lease of a client opened without ClientOptions::default_ttl.
+std::chrono::milliseconds ttl_from_environment() {
+  const char* text = std::getenv("DLOCK_TTL");
+  if (!text || !*text) return kDefaultTtl;
+  std::chrono::milliseconds ttl;
+  try {
+    ttl = parse_duration(text);
+  } catch (const Error& e) {
+    throw ConfigurationError(std::string("DLOCK_TTL='") + text + "' is not a duration (" + e.what() +
+                             "): set it to a lease such as 30s or 2m, or unset it for the default 30s");
+  }
+  if (ttl.count() <= 0) {
+    throw ConfigurationError(std::string("DLOCK_TTL='") + text + "' must be a positive duration, such as 30s");
+  }
+  return ttl;
+}
+
 // How long a client keeps counts before adding them to the store's totals: /metrics lags by
 // at most this, and a busy client writes them once per interval.
 constexpr std::chrono::seconds kActivityFlush{5};
@@ -77,6 +94,7 @@ ClientState::ClientState(std::shared_ptr<backend::Backend> backend_, std::string
       id(random_client_id()),
       url(std::move(url_)),
       owner_prefix(core::owner_prefix(options.name, core::host_name())),
+      default_ttl(options.default_ttl ? *options.default_ttl : ttl_from_environment()),
       inbox_(std::make_shared<Inbox>(this)) {}
 
 ClientState::~ClientState() {
@@ -113,7 +131,7 @@ std::string ClientState::default_owner() const {
 LockSpec ClientState::resolve(std::string_view key, const LockOptions& options) const {
   core::validate_key(key, backend->max_key_bytes());
   LockSpec spec;
-  spec.ttl = options.ttl.value_or(kDefaultTtl);
+  spec.ttl = options.ttl.value_or(default_ttl);
   core::validate_ttl(spec.ttl, key);
   spec.auto_renew = options.auto_renew.value_or(!options.ttl.has_value());
   spec.owner = options.owner ? *options.owner : default_owner();

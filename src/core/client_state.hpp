@@ -72,6 +72,7 @@ struct ClientState : std::enable_shared_from_this<ClientState> {
   const std::string id;
   const std::string url;
   const std::string owner_prefix;  // NAME@HOST of the default owners
+  const std::chrono::milliseconds default_ttl;  // of a lock taken without a TTL
   // Renewals may block inside a slow backend call; deadlines run on their own thread so a
   // hung renewal cannot delay the stop token past valid_until.
   core::RenewalScheduler renewals;

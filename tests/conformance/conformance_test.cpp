@@ -120,7 +120,7 @@ TEST_P(Conformance, MutualExclusionThreads) {
 // what is tested, at the rate it changes hands.
 TEST_P(Conformance, MutualExclusionThreadsOfOneClient) {
   constexpr int kThreads = 4;
-  constexpr int kIterations = 150;
+  constexpr int kIterations = 100;
   const std::string k = key();
   Client client = open();
   std::atomic<int> inside{0}, overlaps{0}, token_regressions{0};

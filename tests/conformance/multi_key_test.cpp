@@ -60,7 +60,7 @@ TEST_P(MultiKey, OppositeOrdersInTwoProcessesNeitherDeadlockNorOverlap) {
 // The same in one process, for every backend: two threads, two sets in opposite orders, and a
 // third thread locking one of the keys alone.
 TEST_P(MultiKey, OppositeOrdersInThreadsNeitherDeadlockNorOverlap) {
-  constexpr int kIterations = 200;
+  constexpr int kIterations = 100;
   Client client = open();
   const std::string a = key("a"), b = key("b");
   std::atomic<int> inside_a{0}, inside_b{0}, overlaps{0};
