@@ -39,6 +39,7 @@ configure_file(${PROJECT_SOURCE_DIR}/cmake/version.hpp.in ${PROJECT_BINARY_DIR}/
 add_library(dlock_objects OBJECT
   src/core/activity.cpp
   src/core/client.cpp
+  src/core/client_state.cpp
   src/core/mutex.cpp
   src/core/multi_lock.cpp
   src/core/key_template.cpp

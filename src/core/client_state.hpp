@@ -124,6 +124,9 @@ struct ClientState : std::enable_shared_from_this<ClientState> {
 // now + timeout, or the end of time when that would not fit.
 SteadyClock::time_point deadline_after(SteadyClock::duration timeout);
 
+// "held by OWNER (token T, N ms left)", for log lines.
+std::string describe(const LockInfo& holder);
+
 // Takes the owner's latest hold out of `holds` (holds by owner); nothing when it has none.
 template <class Hold>
 std::optional<Hold> take_latest(std::unordered_map<std::string, std::deque<Hold>>& holds, const std::string& owner) {

@@ -1,0 +1,494 @@
+// The client's state behind the public types: leases and their renewal, loss and release.
+
+#include <unistd.h>
+
+#include <algorithm>
+#include <cstdlib>
+#include <random>
+
+#include "core/client_state.hpp"
+#include "core/log.hpp"
+#include "core/owner.hpp"
+#include "core/validate.hpp"
+
+namespace dlock {
+namespace detail {
+namespace {
+
+std::string random_client_id() {
+  std::random_device device;  // getrandom(2) on Linux
+  std::string id;
+  for (int i = 0; i < 4; ++i) {
+    char chunk[9];
+    std::snprintf(chunk, sizeof chunk, "%08x", static_cast<unsigned>(device()));
+    id += chunk;
+  }
+  return id;
+}
+
+// Unique for the life of the process, unlike kernel thread ids, which are reused: a new thread
+// must never inherit holds a dead thread leaked.
+std::uint64_t thread_serial() {
+  static std::atomic<std::uint64_t> next{1};
+  thread_local const std::uint64_t serial = next.fetch_add(1);
+  return serial;
+}
+
+// DLOCK_TTL, the default lease of a client opened without ClientOptions::default_ttl.
+std::chrono::milliseconds ttl_from_environment() {
+  const char* text = std::getenv("DLOCK_TTL");
+  if (!text || !*text) return kDefaultTtl;
+  std::chrono::milliseconds ttl;
+  try {
+    ttl = parse_duration(text);
+  } catch (const Error& e) {
+    throw ConfigurationError(std::string("DLOCK_TTL='") + text + "' is not a duration (" + e.what() +
+                             "): set it to a lease such as 30s or 2m, or unset it for the default 30s");
+  }
+  if (ttl.count() <= 0) {
+    throw ConfigurationError(std::string("DLOCK_TTL='") + text + "' must be a positive duration, such as 30s");
+  }
+  return ttl;
+}
+
+// How long a client keeps counts before adding them to the store's totals: /metrics lags by
+// at most this, and a busy client writes them once per interval.
+constexpr std::chrono::seconds kActivityFlush{5};
+
+}  // namespace
+
+std::string describe(const LockInfo& holder) {
+  return "held by " + holder.owner + " (token " + std::to_string(holder.token) + ", " +
+         std::to_string(holder.ttl_left.count()) + " ms left)";
+}
+
+// Where the backend reports what it sees. Not a weak_ptr to the client: the backend's thread
+// must never end up owning, and so destroying, the client that owns the backend.
+class ClientState::Inbox final : public backend::Events {
+ public:
+  explicit Inbox(ClientState* client) : client_(client) {}
+  void detach() {
+    std::lock_guard lock(mutex_);
+    client_ = nullptr;
+  }
+  void evicted(std::string_view key) override {
+    std::lock_guard lock(mutex_);
+    if (client_) client_->check_eviction_soon(key);
+  }
+  void lost(const backend::LeaseRef& lease, std::string_view why) override {
+    std::lock_guard lock(mutex_);
+    if (client_) client_->lose_soon(lease.key, lease.owner, lease.token, std::string(why));
+  }
+  void all_lost(std::string_view why) override {
+    std::lock_guard lock(mutex_);
+    if (client_) client_->lose_soon({}, {}, 0, std::string(why));
+  }
+
+ private:
+  std::mutex mutex_;
+  ClientState* client_;
+};
+
+ClientState::ClientState(std::shared_ptr<backend::Backend> backend_, std::string url_, const ClientOptions& options)
+    : backend(std::move(backend_)),
+      id(random_client_id()),
+      url(std::move(url_)),
+      owner_prefix(core::owner_prefix(options.name, core::host_name())),
+      default_ttl(options.default_ttl ? *options.default_ttl : ttl_from_environment()),
+      inbox_(std::make_shared<Inbox>(this)) {}
+
+ClientState::~ClientState() {
+  inbox_->detach();
+  if (store_failing_.load()) return;
+  try {
+    activity.flush(*backend);
+  } catch (const std::exception& e) {
+    core::log(LogLevel::debug, std::string("could not add this client's activity to the store's totals: ") + e.what());
+  }
+}
+
+void ClientState::flush_activity_soon() {
+  if (flush_scheduled_.exchange(true)) return;
+  std::weak_ptr<ClientState> weak = weak_from_this();
+  renewals.schedule(SteadyClock::now() + kActivityFlush, [weak]() -> std::optional<SteadyClock::time_point> {
+    const auto self = weak.lock();
+    if (!self) return std::nullopt;
+    self->flush_scheduled_.store(false);
+    try {
+      self->activity.flush(*self->backend);
+    } catch (const std::exception& e) {
+      // Kept for the next flush.
+      core::log(LogLevel::debug, std::string("could not add activity to the store's totals: ") + e.what());
+    }
+    return std::nullopt;
+  });
+}
+
+std::string ClientState::default_owner() const {
+  return core::owner_of(owner_prefix, ::getpid(), thread_serial(), id);
+}
+
+LockSpec ClientState::resolve(std::string_view key, const LockOptions& options) const {
+  core::validate_key(key, backend->max_key_bytes());
+  LockSpec spec;
+  spec.ttl = options.ttl.value_or(default_ttl);
+  core::validate_ttl(spec.ttl, key);
+  spec.auto_renew = options.auto_renew.value_or(!options.ttl.has_value());
+  spec.owner = options.owner ? *options.owner : default_owner();
+  core::validate_owner(spec.owner);
+  spec.margin = options.safety_margin.value_or(std::chrono::milliseconds(2) + spec.ttl / 100);
+  if (spec.margin.count() < 0 || spec.margin >= spec.ttl) {
+    throw InvalidArgument("safety margin must be at least 0 and shorter than the TTL", std::string(key));
+  }
+  return spec;
+}
+
+Attempt ClientState::acquire_until(std::string_view key, const LockOptions& options,
+                                   SteadyClock::time_point deadline) {
+  const LockSpec spec = resolve(key, options);
+  const backend::AcquireRequest request{key, spec.owner, spec.ttl};
+  std::optional<SteadyClock::time_point> waiting_since;
+  // Counts the call once it returns, however it returns.
+  struct Count {
+    ClientState& client;
+    const std::optional<SteadyClock::time_point>& waiting_since;
+    bool conflict = false;
+    ~Count() {
+      if (conflict) client.activity.conflict();
+      if (waiting_since) client.activity.waited(SteadyClock::now() - *waiting_since);
+      if (conflict || waiting_since) client.flush_activity_soon();
+    }
+  } count{*this, waiting_since};
+  // A call that cannot wait makes its one attempt without a waiter.
+  std::unique_ptr<backend::Waiter> waiter;
+  if (SteadyClock::now() < deadline) waiter = backend->waiter(request);
+  for (;;) {
+    const auto sent = SteadyClock::now();
+    auto result = waiter ? waiter->attempt() : backend->acquire(request);
+    if (auto* acquired = std::get_if<backend::Acquired>(&result)) {
+      if (acquired->hold_count == 1) {
+        activity.acquired();
+        flush_activity_soon();
+      }
+      return Attempt(make_lease(std::string(key), spec, *acquired, std::min(sent, acquired->sent.value_or(sent))));
+    }
+    auto& busy = std::get<backend::Busy>(result);
+    if (!waiting_since) count.conflict = true;
+    const auto now = SteadyClock::now();
+    if (!waiter || now >= deadline) return Attempt(std::move(busy.holders));
+    if (!waiting_since) waiting_since = now;
+    // Never sleep past the holder's lease: expiry rings no bell.
+    waiter->wait_until(std::min(deadline, now + busy.retry_within + std::chrono::milliseconds(1)));
+  }
+}
+
+Lease ClientState::make_lease(std::string key, const LockSpec& asked,
+                              const backend::Acquired& acquired, SteadyClock::time_point sent) {
+  LockSpec spec = asked;
+  if (acquired.lease && *acquired.lease < spec.ttl) {
+    // The store grants less than asked (a session's timeout): trust and renew by what it grants.
+    spec.ttl = *acquired.lease;
+    spec.margin = std::min(spec.margin, spec.ttl / 2);
+  }
+  const auto valid_until = sent + spec.ttl - spec.margin;
+  std::shared_ptr<LeaseState> state;
+  {
+    std::lock_guard lock(registry_mutex_);
+    auto& slot = registry_[{key, spec.owner}];
+    state = slot.lock();
+    if (state && state->token == acquired.token && !state->lost.load()) {
+      std::lock_guard state_lock(state->mutex);
+      if (!state->finished) {
+        ++state->local_holds;
+        // A re-entry extends the lease to ttl from now, and never shortens it.
+        state->set_valid_until(std::max(state->valid_until_time(), valid_until));
+        return Lease(shared_from_this(), state, acquired.hold_count);
+      }
+    }
+    state = std::make_shared<LeaseState>(key, spec, acquired.token);
+    state->local_holds = 1;
+    state->set_valid_until(valid_until);
+    slot = state;
+  }
+  std::weak_ptr<LeaseState> weak = state;
+  const auto deadline_task = deadlines.schedule(valid_until, [this, weak]() -> std::optional<SteadyClock::time_point> {
+    auto locked = weak.lock();
+    return locked ? deadline_due(locked) : std::nullopt;
+  });
+  core::RenewalScheduler::TaskId renew_task = 0;
+  if (spec.auto_renew) {
+    renew_task = renewals.schedule(sent + spec.ttl / 3, [this, weak]() -> std::optional<SteadyClock::time_point> {
+      auto locked = weak.lock();
+      return locked ? renew_due(locked) : std::nullopt;
+    });
+  }
+  {
+    std::lock_guard lock(state->mutex);
+    state->deadline_task = deadline_task;
+    state->renew_task = renew_task;
+  }
+  return Lease(shared_from_this(), state, acquired.hold_count);
+}
+
+// Fires the stop token once valid_until passes without a renewal having moved it.
+std::optional<SteadyClock::time_point> ClientState::deadline_due(const std::shared_ptr<LeaseState>& state) {
+  {
+    std::lock_guard lock(state->mutex);
+    if (state->finished || state->lost.load()) return std::nullopt;
+  }
+  const auto valid_until = state->valid_until_time();
+  if (SteadyClock::now() < valid_until) return valid_until;  // renewed or re-entered meanwhile
+  if (state->spec.auto_renew) {
+    mark_lost(*state, LossReason::renewal_failed,
+              "no renewal of '" + state->key + "' succeeded before its lease could no longer be trusted");
+  } else {
+    mark_lost(*state, LossReason::expired, "lease of '" + state->key + "' reached the end of its " +
+                                               std::to_string(state->spec.ttl.count()) +
+                                               " ms TTL without renewal");
+  }
+  return std::nullopt;
+}
+
+std::optional<SteadyClock::time_point> ClientState::renew_due(const std::shared_ptr<LeaseState>& state) {
+  {
+    std::lock_guard lock(state->mutex);
+    if (state->finished || state->lost.load()) return std::nullopt;
+  }
+  const auto valid_until = state->valid_until_time();
+  const auto retry_at = [&] {
+    const auto interval = std::max<SteadyClock::duration>(state->spec.ttl / 10, std::chrono::milliseconds(10));
+    return std::min(SteadyClock::now() + interval, valid_until);
+  };
+  std::unique_lock op(state->op_mutex);
+  {
+    std::lock_guard lock(state->mutex);
+    if (state->finished || state->freed) return std::nullopt;
+  }
+  const auto sent = SteadyClock::now();
+  bool renewed = false;
+  try {
+    renewed = backend->renew({state->key, state->spec.owner, state->token}, state->spec.ttl);
+  } catch (const std::exception& e) {
+    op.unlock();
+    store_failing_.store(true);
+    if (SteadyClock::now() >= valid_until) {
+      mark_lost(*state, LossReason::renewal_failed,
+                "renewals of '" + state->key + "' failed until its lease could no longer be trusted: " + e.what());
+      return std::nullopt;
+    }
+    core::log(LogLevel::warning, "renewal of '" + state->key + "' failed, retrying: " + e.what());
+    return retry_at();
+  }
+  op.unlock();
+  store_failing_.store(false);
+  if (!renewed) {
+    mark_lost(*state, LossReason::not_owner,
+              "the " + std::string(backend->name()) + " backend no longer holds '" + state->key +
+                  "' for this owner (token " + std::to_string(state->token) +
+                  "): it expired, was force-released or was taken over");
+    return std::nullopt;
+  }
+  state->set_valid_until(std::max(state->valid_until_time(), sent + state->spec.ttl - state->spec.margin));
+  activity.renewed();
+  flush_activity_soon();
+  return sent + state->spec.ttl / 3;
+}
+
+void ClientState::mark_lost(LeaseState& state, LossReason reason, std::string message) {
+  std::vector<std::function<void(const LossInfo&)>> callbacks;
+  {
+    std::lock_guard lock(state.mutex);
+    if (state.finished || state.lost.load()) return;
+    state.lost.store(true);
+    callbacks.swap(state.callbacks);  // dropped after running: no user object outlives the loss
+  }
+  unschedule(state);
+  activity.lost();
+  flush_activity_soon();
+  // A holder that registered a callback hears of the loss there; the log is the fallback.
+  core::log(callbacks.empty() ? LogLevel::warning : LogLevel::info, "lock lost: " + message);
+  state.stop.request_stop();
+  const LossInfo info{state.key, state.token, reason, std::move(message)};
+  for (auto& callback : callbacks) {
+    try {
+      callback(info);
+    } catch (const std::exception& e) {
+      core::log(LogLevel::error, std::string("a loss callback threw: ") + e.what());
+    }
+  }
+}
+
+void ClientState::watch() { backend->watch(inbox_); }
+
+// The store says these leases are gone (every lease, with an empty key): they are lost at
+// once, on the renewal thread, as a failed renewal would find.
+void ClientState::lose_soon(std::string_view key, std::string_view owner, std::uint64_t token, std::string why) {
+  std::vector<std::weak_ptr<LeaseState>> leases;
+  {
+    std::lock_guard lock(registry_mutex_);
+    for (const auto& [held, weak] : registry_) {
+      if (key.empty() || (held.first == key && held.second == owner)) leases.push_back(weak);
+    }
+  }
+  for (auto& weak : leases) {
+    renewals.schedule(SteadyClock::now(), [this, weak, token, why]() -> std::optional<SteadyClock::time_point> {
+      auto state = weak.lock();
+      if (state && (token == 0 || state->token == token)) {
+        mark_lost(*state, LossReason::not_owner,
+                  "the " + std::string(backend->name()) + " backend lost '" + state->key + "' (token " +
+                      std::to_string(state->token) + "): " + why);
+      }
+      return std::nullopt;
+    });
+  }
+}
+
+void ClientState::check_eviction_soon(std::string_view key) {
+  std::vector<std::weak_ptr<LeaseState>> leases;
+  {
+    std::lock_guard lock(registry_mutex_);
+    for (auto it = registry_.lower_bound({std::string(key), {}}); it != registry_.end() && it->first.first == key; ++it)
+      leases.push_back(it->second);
+  }
+  for (auto& weak : leases) {
+    renewals.schedule(SteadyClock::now(), [this, weak]() -> std::optional<SteadyClock::time_point> {
+      if (auto state = weak.lock()) check_eviction(*state);
+      return std::nullopt;
+    });
+  }
+}
+
+// The store said the key was force-released: the lease is lost if the store no longer shows it
+// as this acquisition's, or shows it evicted. Asking, not trusting the notice, keeps a spurious
+// or late notice harmless.
+void ClientState::check_eviction(LeaseState& state) {
+  {
+    std::lock_guard lock(state.mutex);
+    if (state.finished || state.lost.load()) return;
+  }
+  std::vector<LockInfo> holders;
+  {
+    // A release that freed the key meanwhile is no eviction: the key is not ours because we let it go.
+    std::lock_guard op(state.op_mutex);
+    if (state.freed) return;
+    try {
+      holders = backend->inspect(state.key);
+    } catch (const std::exception& e) {
+      core::log(LogLevel::debug, "could not check '" + state.key + "' after a force-release notice: " + e.what());
+      return;  // the next renewal finds out
+    }
+  }
+  const bool still_ours = std::any_of(holders.begin(), holders.end(), [&](const LockInfo& holder) {
+    return holder.owner == state.spec.owner && holder.token == state.token && !holder.evicted;
+  });
+  if (still_ours) return;
+  mark_lost(state, LossReason::not_owner,
+            "'" + state.key + "' (token " + std::to_string(state.token) + ") was force-released or taken over");
+}
+
+void ClientState::unschedule(LeaseState& state) {
+  core::RenewalScheduler::TaskId renew_task = 0, deadline_task = 0;
+  {
+    std::lock_guard lock(state.mutex);
+    std::swap(renew_task, state.renew_task);
+    std::swap(deadline_task, state.deadline_task);
+  }
+  if (renew_task != 0) renewals.cancel(renew_task);
+  if (deadline_task != 0) deadlines.cancel(deadline_task);
+}
+
+void ClientState::add_loss_callback(LeaseState& state, std::function<void(const LossInfo&)> callback) {
+  {
+    std::lock_guard lock(state.mutex);
+    if (!state.lost.load()) {
+      state.callbacks.push_back(std::move(callback));
+      return;
+    }
+  }
+  callback(LossInfo{state.key, state.token, LossReason::not_owner, "the lease was already lost"});
+}
+
+void ClientState::drop_hold(const std::shared_ptr<LeaseState>& state) {
+  bool finished = false;
+  {
+    std::lock_guard lock(state->mutex);
+    finished = --state->local_holds <= 0;
+    if (finished) {
+      state->finished = true;
+      state->callbacks.clear();
+    }
+  }
+  if (!finished) return;
+  unschedule(*state);
+  std::lock_guard lock(registry_mutex_);
+  const auto it = registry_.find({state->key, state->spec.owner});
+  if (it != registry_.end() && (it->second.expired() || it->second.lock() == state)) registry_.erase(it);
+}
+
+void ClientState::release(Lease& lease) {
+  auto& state = *lease.state_;
+  const auto lost_error = [&](const std::string& why) {
+    return LockLostError("lock '" + state.key + "' (token " + std::to_string(state.token) +
+                             ") was lost before release: " + why +
+                             "; the critical section may not have been exclusive",
+                         state.key, std::string(backend->name()));
+  };
+  if (state.lost.load()) {
+    lease.released_ = true;
+    drop_hold(lease.state_);
+    // A lease lost by local timing may still be held by the store: free it, by owner and
+    // token, which can never touch a newer acquisition.
+    try {
+      std::lock_guard op(state.op_mutex);
+      backend->release({state.key, state.spec.owner, state.token});
+    } catch (const std::exception&) {
+    }
+    throw lost_error("it had been reported lost earlier");
+  }
+  std::optional<std::uint32_t> holds_left;
+  {
+    std::lock_guard op(state.op_mutex);
+    holds_left = backend->release({state.key, state.spec.owner, state.token});
+    if (holds_left == 0u) state.freed = true;
+  }
+  lease.released_ = true;
+  if (!holds_left) {
+    mark_lost(state, LossReason::not_owner,
+              "release of '" + state.key + "' found it no longer held by this owner (token " +
+                  std::to_string(state.token) + ")");
+    drop_hold(lease.state_);
+    throw lost_error("the backend no longer had it (expired, force-released or taken over)");
+  }
+  drop_hold(lease.state_);
+}
+
+void ClientState::renew(LeaseState& state, std::chrono::milliseconds ttl) {
+  core::validate_ttl(ttl, state.key);
+  if (state.lost.load()) {
+    throw LockLostError("lock '" + state.key + "' was already lost", state.key, std::string(backend->name()));
+  }
+  const auto sent = SteadyClock::now();
+  bool renewed = false;
+  {
+    std::lock_guard op(state.op_mutex);
+    renewed = backend->renew({state.key, state.spec.owner, state.token}, ttl);
+  }
+  if (!renewed) {
+    mark_lost(state, LossReason::not_owner, "renewal of '" + state.key + "' found it no longer held by this owner");
+    throw LockLostError("lock '" + state.key + "' is no longer held (expired, force-released or taken over)",
+                        state.key, std::string(backend->name()));
+  }
+  state.set_valid_until(sent + ttl - std::min(state.spec.margin, ttl / 2));
+  activity.renewed();
+  flush_activity_soon();
+}
+
+// now + timeout, or the end of time when that would not fit.
+SteadyClock::time_point deadline_after(std::chrono::steady_clock::duration timeout) {
+  const auto now = std::chrono::steady_clock::now();
+  return timeout >= std::chrono::steady_clock::time_point::max() - now ? std::chrono::steady_clock::time_point::max()
+                                                                       : now + timeout;
+}
+
+}  // namespace detail
+}  // namespace dlock
