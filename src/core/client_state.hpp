@@ -17,6 +17,7 @@
 #include <vector>
 
 #include "core/activity.hpp"
+#include "core/log.hpp"
 #include "core/renewal.hpp"
 #include "dlock/client.hpp"
 
@@ -127,38 +128,77 @@ SteadyClock::time_point deadline_after(SteadyClock::duration timeout);
 // "held by OWNER (token T, N ms left)", for log lines.
 std::string describe(const LockInfo& holder);
 
-// Takes the owner's latest hold out of `holds` (holds by owner); nothing when it has none.
+// The holds a TimedLockable (Mutex, MultiMutex) keeps per owner, newest last, and the loss
+// callbacks every hold gets. Thread-safe.
 template <class Hold>
-std::optional<Hold> take_latest(std::unordered_map<std::string, std::deque<Hold>>& holds, const std::string& owner) {
-  const auto it = holds.find(owner);
-  if (it == holds.end() || it->second.empty()) return std::nullopt;
-  std::optional<Hold> latest(std::move(it->second.back()));
-  it->second.pop_back();
-  if (it->second.empty()) holds.erase(it);
-  return latest;
-}
+class OwnerHolds {
+ public:
+  void adopt(Hold hold, const std::string& owner) {
+    std::lock_guard lock(mutex_);
+    for (const auto& callback : callbacks_) hold.on_lost(callback);
+    holds_[owner].push_back(std::move(hold));
+  }
 
-// The owner's latest hold in `holds`, or nullptr.
-template <class Hold>
-const Hold* latest(const std::unordered_map<std::string, std::deque<Hold>>& holds, const std::string& owner) {
-  const auto it = holds.find(owner);
-  return it == holds.end() || it->second.empty() ? nullptr : &it->second.back();
-}
+  // The owner's latest hold, or nullptr (a deque keeps the pointer stable).
+  const Hold* latest(const std::string& owner) const {
+    std::lock_guard lock(mutex_);
+    const auto it = holds_.find(owner);
+    return it == holds_.end() || it->second.empty() ? nullptr : &it->second.back();
+  }
+
+  // Releases the owner's latest hold (`what` names the lock in log lines). Never throws; a
+  // hold found lost is reported through its loss callbacks.
+  void release_latest(const std::string& owner, const std::string& what) noexcept {
+    try {
+      std::optional<Hold> hold;
+      {
+        std::lock_guard lock(mutex_);
+        const auto it = holds_.find(owner);
+        if (it != holds_.end() && !it->second.empty()) {
+          hold.emplace(std::move(it->second.back()));
+          it->second.pop_back();
+          if (it->second.empty()) holds_.erase(it);
+        }
+      }
+      if (!hold) {
+        core::log(LogLevel::error, "unlock() of " + what + " by an owner that does not hold it");
+        return;
+      }
+      hold->release();
+    } catch (const LockLostError&) {
+      // Reported through the loss callbacks and the log.
+    } catch (const std::exception& e) {
+      core::log(LogLevel::warning, "unlock() of " + what + " failed: " + e.what());
+    }
+  }
+
+  // Called when any hold, present or to come, is lost.
+  void on_lost(std::function<void(const LossInfo&)> callback) {
+    std::lock_guard lock(mutex_);
+    for (auto& [owner, holds] : holds_) {
+      for (auto& hold : holds) hold.on_lost(callback);
+    }
+    callbacks_.push_back(std::move(callback));
+  }
+
+ private:
+  mutable std::mutex mutex_;
+  std::unordered_map<std::string, std::deque<Hold>> holds_;
+  std::vector<std::function<void(const LossInfo&)>> callbacks_;
+};
 
 struct MutexState {
   std::shared_ptr<ClientState> client;
   std::string key;
   LockOptions options;
 
-  std::mutex mutex;
-  std::unordered_map<std::string, std::deque<Lease>> holds;  // by owner; deque keeps Lease* stable
+  OwnerHolds<Lease> holds;
+  std::mutex mutex;  // of last_holders
   std::unordered_map<std::string, std::vector<LockInfo>> last_holders;
-  std::vector<std::function<void(const LossInfo&)>> loss_callbacks;
 
   std::string current_owner() const {
     return options.owner ? *options.owner : client->default_owner();
   }
-  void adopt(Lease lease, const std::string& owner);
 };
 
 }  // namespace dlock::detail

@@ -61,14 +61,13 @@ struct MultiMutexState {
   std::vector<std::string> keys;
   LockOptions options;
 
-  std::mutex mutex;
-  std::unordered_map<std::string, std::deque<MultiLease>> holds;  // by owner; deque keeps pointers stable
+  OwnerHolds<MultiLease> holds;
+  std::mutex mutex;  // of last_failures
   struct Failure {
     std::string busy_key;
     std::vector<LockInfo> holders;
   };
   std::unordered_map<std::string, Failure> last_failures;
-  std::vector<std::function<void(const LossInfo&)>> loss_callbacks;
 
   std::string current_owner() const { return options.owner ? *options.owner : client->default_owner(); }
 };
@@ -245,14 +244,12 @@ bool MultiMutex::try_lock_until_steady(std::chrono::steady_clock::time_point dea
   require_state(state_);
   const std::string owner = state_->current_owner();
   MultiAttempt attempt = detail::acquire_all_until(*state_->client, state_->keys, state_->options, deadline);
-  std::lock_guard lock(state_->mutex);
   if (!attempt) {
+    std::lock_guard lock(state_->mutex);
     state_->last_failures[owner] = {attempt.busy_key(), attempt.holders()};
     return false;
   }
-  MultiLease& lease = attempt.lease();
-  for (const auto& callback : state_->loss_callbacks) lease.on_lost(callback);
-  state_->holds[owner].push_back(std::move(lease));
+  state_->holds.adopt(std::move(attempt.lease()), owner);
   return true;
 }
 
@@ -262,19 +259,7 @@ void MultiMutex::unlock() noexcept {
     return;
   }
   try {
-    const std::string owner = state_->current_owner();
-    std::optional<MultiLease> lease;
-    {
-      std::lock_guard lock(state_->mutex);
-      lease = detail::take_latest(state_->holds, owner);
-    }
-    if (!lease) {
-      core::log(LogLevel::error, "unlock() of a multi-key lock by an owner that does not hold it");
-      return;
-    }
-    lease->release();
-  } catch (const LockLostError&) {
-    // Reported through the loss callbacks and the log.
+    state_->holds.release_latest(state_->current_owner(), "a multi-key lock");
   } catch (const std::exception& e) {
     core::log(LogLevel::warning, std::string("unlock() of a multi-key lock failed: ") + e.what());
   }
@@ -287,9 +272,7 @@ const std::vector<std::string>& MultiMutex::keys() const noexcept {
 
 const MultiLease* MultiMutex::lease() const {
   if (!state_) return nullptr;
-  const std::string owner = state_->current_owner();
-  std::lock_guard lock(state_->mutex);
-  return detail::latest(state_->holds, owner);
+  return state_->holds.latest(state_->current_owner());
 }
 
 std::string MultiMutex::last_busy_key() const {
@@ -310,11 +293,7 @@ std::vector<LockInfo> MultiMutex::last_holders() const {
 
 void MultiMutex::on_lost(std::function<void(const LossInfo&)> callback) {
   require_state(state_);
-  std::lock_guard lock(state_->mutex);
-  for (auto& [owner, leases] : state_->holds) {
-    for (auto& lease : leases) lease.on_lost(callback);
-  }
-  state_->loss_callbacks.push_back(std::move(callback));
+  state_->holds.on_lost(std::move(callback));
 }
 
 MultiMutex Client::multi_mutex(std::vector<std::string> keys, LockOptions options) const {

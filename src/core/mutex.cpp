@@ -6,21 +6,6 @@
 #include "core/log.hpp"
 
 namespace dlock {
-namespace detail {
-
-void MutexState::adopt(Lease lease, const std::string& owner) {
-  std::lock_guard lock(mutex);
-  if (!loss_callbacks.empty()) {
-    auto callbacks = loss_callbacks;
-    lease.on_lost([callbacks](const LossInfo& info) {
-      for (const auto& callback : callbacks) callback(info);
-    });
-  }
-  holds[owner].push_back(std::move(lease));
-}
-
-}  // namespace detail
-
 
 Mutex::Mutex(std::shared_ptr<detail::MutexState> state) : state_(std::move(state)) {}
 Mutex::Mutex(Mutex&&) noexcept = default;
@@ -55,7 +40,7 @@ bool Mutex::try_lock_until_steady(std::chrono::steady_clock::time_point deadline
     state_->last_holders[owner] = attempt.holders();
     return false;
   }
-  state_->adopt(std::move(attempt.lease()), owner);
+  state_->holds.adopt(std::move(attempt.lease()), owner);
   return true;
 }
 
@@ -65,19 +50,7 @@ void Mutex::unlock() noexcept {
     return;
   }
   try {
-    const std::string owner = state_->current_owner();
-    std::optional<Lease> lease;
-    {
-      std::lock_guard lock(state_->mutex);
-      lease = detail::take_latest(state_->holds, owner);
-    }
-    if (!lease) {
-      core::log(LogLevel::error, "unlock() of '" + state_->key + "' by an owner that does not hold it");
-      return;
-    }
-    lease->release();
-  } catch (const LockLostError&) {
-    // Reported through the loss callbacks and the log.
+    state_->holds.release_latest(state_->current_owner(), "'" + state_->key + "'");
   } catch (const std::exception& e) {
     core::log(LogLevel::warning, "unlock() of '" + state_->key + "' failed: " + e.what());
   }
@@ -90,9 +63,7 @@ const std::string& Mutex::key() const noexcept {
 
 const Lease* Mutex::lease() const {
   if (!state_) return nullptr;
-  const std::string owner = state_->current_owner();
-  std::lock_guard lock(state_->mutex);
-  return detail::latest(state_->holds, owner);
+  return state_->holds.latest(state_->current_owner());
 }
 
 std::vector<LockInfo> Mutex::last_holders() const {
@@ -105,11 +76,7 @@ std::vector<LockInfo> Mutex::last_holders() const {
 
 void Mutex::on_lost(std::function<void(const LossInfo&)> callback) {
   require_state(state_);
-  std::lock_guard lock(state_->mutex);
-  for (auto& [owner, leases] : state_->holds) {
-    for (auto& lease : leases) lease.on_lost(callback);
-  }
-  state_->loss_callbacks.push_back(std::move(callback));
+  state_->holds.on_lost(std::move(callback));
 }
 
 }  // namespace dlock
