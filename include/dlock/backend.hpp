@@ -31,6 +31,26 @@
 //
 // Losses are the core's rule; a store only reports what it sees (Events): a force-release, an
 // acquisition it knows is gone, or everything its session held.
+//
+// Shared holds (Capabilities::shared_holders; docs/design.md, "Read-write locks and
+// semaphores"). A key has no holder, one exclusive holder, or shared holders, each with its own
+// owner, token, hold count and lease. In one atomic step, acquire() grants:
+//  * exclusive: when the key has no live holder (an evicted one counts as live);
+//  * shared with permits P: when the key has no live exclusive holder, fewer than P live shared
+//    holders (P = 0: no limit, a read-write lock's readers), and no live writer's claim;
+//  * a re-entry: the owner's live, unevicted hold of either mode, when asked for either mode
+//    (a writer may also read), except an exclusive request by a shared holder, which is Busy
+//    (the core refuses upgrades before asking).
+// The permits of a key are set by its first shared holder and hold while it has shared holders:
+// a shared request with other permits throws InvalidArgument naming both counts.
+// Writers are not starved: an exclusive request from a Waiter that is Busy places the key's
+// writer's claim, which refuses new shared holders (not re-entries) for kWriterClaim; a
+// writer's waiting attempts renew it (their Busy::retry_within is at most half of it) and the
+// writer's grant ends it. A refused shared request is Busy with the live holders (none, when
+// only the claim refused it) and retry_within at most the claim's remaining time.
+// A release, expiry or force-release that ends a hold rings a waiter, as for the mutex.
+// Fencing is per key, whatever the mode: every new acquisition's token is above every token the
+// key had before, so a writer's token is above every earlier reader's and writer's.
 
 #include <chrono>
 #include <cstdint>
@@ -53,7 +73,16 @@ struct AcquireRequest {
   std::chrono::milliseconds ttl;
   // A store whose Capabilities::shared_holders is false is only ever asked for exclusive.
   LockMode mode = LockMode::exclusive;
+  // Shared requests: the most shared holders the key admits (a semaphore's permits); 0 for no
+  // limit (readers). Always 0 for exclusive requests.
+  std::uint32_t permits = 0;
+  // Sent by a Waiter's attempt (a call that will wait), never by a try-once acquire(): an
+  // exclusive request that is Busy places the writer's claim (see the top of this file).
+  bool waiting = false;
 };
+
+// How long a waiting writer's claim refuses new shared holders without a renewing attempt.
+inline constexpr std::chrono::milliseconds kWriterClaim{2000};
 
 // The key is ours. A new acquisition has hold_count 1 and a fresh fencing token, strictly
 // greater than every token the key ever had (across release, expiry, force-release,
@@ -191,7 +220,7 @@ class DLOCK_EXPORT Backend {
   virtual std::unique_ptr<Waiter> waiter(const AcquireRequest& request) = 0;
   // Extends a live lease to `ttl` from now. False when the lease is no longer ours.
   virtual bool renew(const LeaseRef& lease, std::chrono::milliseconds ttl) = 0;
-  // Drops one hold. Returns the holds left (0: the key is free now), or nothing when the
+  // Drops one hold. Returns the holds left (0: this acquisition has ended), or nothing when the
   // lease was no longer ours (expired, force-released, taken over). The release of a holder
   // evicted with Eviction::delayed frees the key (it acknowledges the loss) and answers nothing.
   virtual std::optional<std::uint32_t> release(const LeaseRef& lease) = 0;

@@ -45,6 +45,8 @@ namespace dlock {
 class MultiLease;
 class MultiAttempt;
 class MultiMutex;
+class SharedMutex;
+class Semaphore;
 
 namespace detail {
 struct ClientState;
@@ -185,6 +187,12 @@ class DLOCK_EXPORT Client {
   static std::string embedded_default_url();
 
   Mutex mutex(std::string key, LockOptions options = {}) const;
+  // Shared holds (dlock/shared_lock.hpp), on stores with Capabilities::shared_holders (others
+  // throw ConfigurationError). A read-write lock: options.mode and options.permits are set by
+  // each side.
+  SharedMutex shared_mutex(std::string key, LockOptions options = {}) const;
+  // A semaphore of `permits` (at least 1) holders of `name`.
+  Semaphore semaphore(std::string name, std::uint32_t permits, LockOptions options = {}) const;
 
   // Blocks until acquired.
   Lease acquire(std::string_view key, const LockOptions& options = {}) const;
@@ -211,7 +219,7 @@ class DLOCK_EXPORT Client {
 
   // Releases one hold of an acquisition identified by owner and token, without a Lease object
   // (scripts that acquire in one process and release in another). Returns the holds left
-  // (0: free). Throws LockLostError when that acquisition no longer holds the key.
+  // (0: that acquisition has ended). Throws LockLostError when it no longer holds the key.
   std::uint32_t release(std::string_view key, std::string_view owner, std::uint64_t token) const;
 
   // Admin. Every live holder of the key; empty when it is free.
@@ -268,5 +276,6 @@ DLOCK_EXPORT void set_log_handler(std::function<void(LogLevel, std::string_view)
 
 }  // namespace dlock
 
-// The multi-key types the Client members above return.
-#include "dlock/multi_lock.hpp"  // IWYU pragma: export
+// The multi-key and shared-hold types the Client members above return.
+#include "dlock/multi_lock.hpp"   // IWYU pragma: export
+#include "dlock/shared_lock.hpp"  // IWYU pragma: export

@@ -1,8 +1,11 @@
 #pragma once
 
 #include <chrono>
+#include <cstdint>
 #include <optional>
 #include <string>
+
+#include "dlock/types.hpp"
 
 namespace dlock {
 
@@ -47,6 +50,14 @@ struct LockOptions {
   // Subtracted from every lease when computing Lease::valid_until(), to cover the request's
   // flight time and clock-rate drift. Default 2 ms + 1% of the TTL.
   std::optional<std::chrono::milliseconds> safety_margin;
+
+  // LockMode::shared takes a shared hold: a read lock, or with `permits` a semaphore's permit
+  // (dlock/shared_lock.hpp). Needs a store that keeps several holders per key
+  // (Capabilities::shared_holders); others throw ConfigurationError.
+  LockMode mode = LockMode::exclusive;
+  // Shared holds only: the most holders the key admits at once (a semaphore's permits). 0, the
+  // default, admits any number (readers). Every client of one key must agree while it is held.
+  std::uint32_t permits = 0;
 };
 
 }  // namespace dlock

@@ -22,7 +22,8 @@ inline constexpr std::size_t kMaxOwnerBytes = 128;
 inline constexpr std::size_t kQueueShown = 32;
 
 // How a holder holds its key. A key has no holder, one exclusive holder, or several shared
-// holders (no store grants shared holds yet: see backend::Capabilities::shared_holders).
+// holders: a read-write lock's readers, or a semaphore's permit holders (dlock/shared_lock.hpp;
+// stores with backend::Capabilities::shared_holders).
 enum class LockMode {
   exclusive,
   shared,

@@ -21,14 +21,23 @@ class Bell {
   virtual void arm() = 0;
   // Blocks until rung (true), the deadline or spuriously (false).
   virtual bool wait_until(std::chrono::steady_clock::time_point deadline) = 0;
-  // The waiting call ends without the key: a ring it took is passed on to another waiter.
-  virtual void abandon() noexcept {}
+  // A ring the last wait took, and which this waiter will not use, goes to another waiter; at
+  // most once per ring.
+  virtual void pass_on() noexcept {}
+  // The waiting call ends without the key: as pass_on().
+  virtual void abandon() noexcept { pass_on(); }
 };
 
 class BellWaiter final : public backend::Waiter {
  public:
   BellWaiter(backend::Backend& backend, const backend::AcquireRequest& request, std::unique_ptr<Bell> bell)
-      : backend_(backend), key_(request.key), owner_(request.owner), ttl_(request.ttl), bell_(std::move(bell)) {}
+      : backend_(backend),
+        key_(request.key),
+        owner_(request.owner),
+        ttl_(request.ttl),
+        mode_(request.mode),
+        permits_(request.permits),
+        bell_(std::move(bell)) {}
   ~BellWaiter() override {
     if (!acquired_) bell_->abandon();
   }
@@ -37,8 +46,13 @@ class BellWaiter final : public backend::Waiter {
 
   backend::AcquireResult attempt() override {
     bell_->arm();
-    auto result = backend_.acquire({key_, owner_, ttl_});
+    auto result = backend_.acquire({key_, owner_, ttl_, mode_, permits_, /*waiting=*/true});
     acquired_ = std::holds_alternative<backend::Acquired>(result);
+    // One release rings one waiter. A shared holder passes its ring on, since the next waiter
+    // may share the key too; so does a waiter kept out of a key with no holder (a waiting
+    // writer's claim), since no holder of that key will ring when it leaves.
+    const auto* busy = std::get_if<backend::Busy>(&result);
+    if ((acquired_ && mode_ == LockMode::shared) || (busy && busy->holders.empty())) bell_->pass_on();
     return result;
   }
   void wait_until(std::chrono::steady_clock::time_point deadline) override { bell_->wait_until(deadline); }
@@ -48,6 +62,8 @@ class BellWaiter final : public backend::Waiter {
   const std::string key_;
   const std::string owner_;
   const std::chrono::milliseconds ttl_;
+  const LockMode mode_;
+  const std::uint32_t permits_;
   std::unique_ptr<Bell> bell_;
   bool acquired_ = false;
 };

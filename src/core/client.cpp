@@ -132,6 +132,24 @@ Mutex Client::mutex(std::string key, LockOptions options) const {
   return Mutex(std::move(mutex_state));
 }
 
+SharedMutex Client::shared_mutex(std::string key, LockOptions options) const {
+  options.mode = LockMode::exclusive;
+  options.permits = 0;
+  LockOptions shared = options;
+  shared.mode = LockMode::shared;
+  Mutex exclusive = mutex(key, std::move(options));
+  return SharedMutex(std::move(exclusive), mutex(std::move(key), std::move(shared)));
+}
+
+Semaphore Client::semaphore(std::string name, std::uint32_t permits, LockOptions options) const {
+  if (permits == 0) {
+    throw InvalidArgument("a semaphore needs at least 1 permit", name);
+  }
+  options.mode = LockMode::shared;
+  options.permits = permits;
+  return Semaphore(mutex(std::move(name), std::move(options)), permits);
+}
+
 Lease Client::acquire(std::string_view key, const LockOptions& options) const {
   auto attempt = state_->acquire_until(key, options, std::chrono::steady_clock::time_point::max());
   return std::move(attempt.lease());

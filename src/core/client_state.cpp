@@ -140,13 +140,49 @@ LockSpec ClientState::resolve(std::string_view key, const LockOptions& options) 
   if (spec.margin.count() < 0 || spec.margin >= spec.ttl) {
     throw InvalidArgument("safety margin must be at least 0 and shorter than the TTL", std::string(key));
   }
+  spec.mode = options.mode;
+  spec.permits = options.permits;
+  if (spec.mode == LockMode::exclusive && spec.permits != 0) {
+    throw InvalidArgument("permits (" + std::to_string(spec.permits) +
+                              ") apply to shared holds only: set LockOptions::mode to LockMode::shared for a "
+                              "semaphore, or leave permits at 0",
+                          std::string(key));
+  }
+  if (spec.mode == LockMode::shared && !backend->capabilities().shared_holders) {
+    throw ConfigurationError("this " + std::string(backend->name()) +
+                                 " store keeps one holder per key, so it cannot take read locks or semaphore "
+                                 "permits: use a store (or mode) that keeps several, such as sqlite://, "
+                                 "redis:// or mysql:// in lease mode",
+                             std::string(backend->name()));
+  }
   return spec;
+}
+
+void ClientState::refuse_upgrade(std::string_view key, const LockSpec& spec) {
+  if (spec.mode != LockMode::exclusive) return;
+  std::shared_ptr<LeaseState> held;
+  {
+    std::lock_guard lock(registry_mutex_);
+    const auto it = registry_.find({std::string(key), spec.owner});
+    if (it != registry_.end()) held = it->second.lock();
+  }
+  if (!held || held->spec.mode != LockMode::shared || held->lost.load()) return;
+  {
+    std::lock_guard lock(held->mutex);
+    if (held->finished) return;
+  }
+  throw InvalidArgument("owner " + spec.owner + " holds '" + std::string(key) +
+                            "' shared (token " + std::to_string(held->token) +
+                            "); a shared hold cannot be upgraded, since the exclusive request would wait for "
+                            "itself: release the shared hold first",
+                        std::string(key));
 }
 
 Attempt ClientState::acquire_until(std::string_view key, const LockOptions& options,
                                    SteadyClock::time_point deadline) {
   const LockSpec spec = resolve(key, options);
-  const backend::AcquireRequest request{key, spec.owner, spec.ttl};
+  refuse_upgrade(key, spec);
+  const backend::AcquireRequest request{key, spec.owner, spec.ttl, spec.mode, spec.permits};
   std::optional<SteadyClock::time_point> waiting_since;
   // Counts the call once it returns, however it returns.
   struct Count {

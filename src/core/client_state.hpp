@@ -31,6 +31,8 @@ struct LockSpec {
   std::chrono::milliseconds ttl;
   std::chrono::milliseconds margin;
   bool auto_renew;
+  LockMode mode = LockMode::exclusive;
+  std::uint32_t permits = 0;
 };
 
 // One acquisition (key, owner, token), shared by the Lease objects that hold it.
@@ -108,6 +110,9 @@ struct ClientState : std::enable_shared_from_this<ClientState> {
   std::optional<SteadyClock::time_point> deadline_due(const std::shared_ptr<LeaseState>& state);
   void check_eviction_soon(std::string_view key);
   void lose_soon(std::string_view key, std::string_view owner, std::uint64_t token, std::string why);
+  // Throws InvalidArgument when an exclusive request comes from an owner this client knows to
+  // hold the key shared: an upgrade would wait for itself.
+  void refuse_upgrade(std::string_view key, const LockSpec& spec);
   void check_eviction(LeaseState& state);
 
   std::atomic<bool> flush_scheduled_{false};

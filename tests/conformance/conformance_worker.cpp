@@ -7,10 +7,15 @@
 //   conformance_worker pair URL ITERATIONS KEY1 FILE1 KEY2 FILE2
 //     ITERATIONS times: lock KEY1 and KEY2 through one Client::multi_mutex; update FILE1 with
 //     KEY1's token, then FILE2 with KEY2's, as `counter` does (no sleep); unlock.
-//   conformance_worker hold URL KEY TTL_MS READY_FILE
-//     Acquires KEY with an auto-renewing TTL_MS lease, writes "TOKEN OWNER" to READY_FILE
-//     (atomically), then sleeps until killed. If the lease is lost (force-release), it prints
-//     the loss and exits 42.
+//   conformance_worker share URL KEY ROLE ITERATIONS LOG_FILE
+//     ITERATIONS times: take KEY as ROLE (reader: shared; writer: exclusive; permit:N: one of
+//     a semaphore's N permits); append "+ R TOKEN PID" to LOG_FILE (O_APPEND, one write), sleep
+//     ~1 ms, append "- R TOKEN PID"; release. R is r, w or p. Each logged interval lies inside
+//     the hold, so the test judges overlaps from the log alone.
+//   conformance_worker hold URL KEY TTL_MS READY_FILE [PERMITS]
+//     Acquires KEY (with PERMITS, one permit of a semaphore of that many) with an auto-renewing
+//     TTL_MS lease, writes "TOKEN OWNER" to READY_FILE (atomically), then sleeps until killed.
+//     If the lease is lost (force-release), it prints the loss and exits 42.
 //
 // Exit codes: 0 done, 2 usage, 3 fencing token went backwards, 4 file I/O, 5 dlock error,
 // 42 lease lost (hold).
@@ -41,7 +46,8 @@ int usage() {
   std::fprintf(stderr,
                "usage: conformance_worker counter URL KEY ITERATIONS COUNTER_FILE\n"
                "       conformance_worker pair URL ITERATIONS KEY1 FILE1 KEY2 FILE2\n"
-               "       conformance_worker hold URL KEY TTL_MS READY_FILE\n");
+               "       conformance_worker share URL KEY reader|writer|permit:N ITERATIONS LOG_FILE\n"
+               "       conformance_worker hold URL KEY TTL_MS READY_FILE [PERMITS]\n");
   return kUsage;
 }
 
@@ -109,10 +115,53 @@ int run_pair(const std::string& url, long iterations, const std::string& key1, c
   return 0;
 }
 
-[[noreturn]] void run_hold(const std::string& url, const std::string& key, long ttl_ms,
-                           const std::string& ready) {
+int run_share(const std::string& url, const std::string& key, const std::string& role, long iterations,
+              const std::string& path) {
+  dlock::LockOptions options;
+  char mark = 'w';
+  if (role == "reader") {
+    options.mode = dlock::LockMode::shared;
+    mark = 'r';
+  } else if (role.rfind("permit:", 0) == 0) {
+    options.mode = dlock::LockMode::shared;
+    options.permits = static_cast<std::uint32_t>(std::strtoul(role.c_str() + 7, nullptr, 10));
+    mark = 'p';
+  } else if (role != "writer") {
+    return usage();
+  }
+  const int fd = ::open(path.c_str(), O_WRONLY | O_APPEND);
+  if (fd < 0) {
+    std::perror(path.c_str());
+    return kIoError;
+  }
+  const auto log = [&](char sign, std::uint64_t token) {
+    char line[96];
+    const int n = std::snprintf(line, sizeof line, "%c %c %llu %d\n", sign, mark,
+                                static_cast<unsigned long long>(token), static_cast<int>(::getpid()));
+    return ::write(fd, line, static_cast<std::size_t>(n)) == n;
+  };
   auto client = dlock::Client::open(url);
-  auto lease = client.acquire(key, {.ttl = std::chrono::milliseconds(ttl_ms), .auto_renew = true});
+  auto lock = client.mutex(key, options);
+  for (long i = 0; i < iterations; ++i) {
+    std::lock_guard guard(lock);
+    const std::uint64_t token = lock.lease()->token();
+    if (!log('+', token)) return kIoError;
+    std::this_thread::sleep_for(std::chrono::milliseconds(1));
+    if (!log('-', token)) return kIoError;
+  }
+  ::close(fd);
+  return 0;
+}
+
+[[noreturn]] void run_hold(const std::string& url, const std::string& key, long ttl_ms,
+                           const std::string& ready, std::uint32_t permits) {
+  auto client = dlock::Client::open(url);
+  dlock::LockOptions options{.ttl = std::chrono::milliseconds(ttl_ms), .auto_renew = true};
+  if (permits > 0) {
+    options.mode = dlock::LockMode::shared;
+    options.permits = permits;
+  }
+  auto lease = client.acquire(key, options);
   lease.on_lost([](const dlock::LossInfo& info) {
     std::fprintf(stderr, "conformance_worker: lost '%s' (%s): %s\n", info.key.c_str(),
                  dlock::to_string(info.reason), info.message.c_str());
@@ -130,9 +179,15 @@ int main(int argc, char** argv) {
     if (mode == "pair" && argc == 8) {
       return run_pair(argv[2], std::strtol(argv[3], nullptr, 10), argv[4], argv[5], argv[6], argv[7]);
     }
+    if (mode == "share" && argc == 7) {
+      return run_share(argv[2], argv[3], argv[4], std::strtol(argv[5], nullptr, 10), argv[6]);
+    }
+    if (mode == "hold" && (argc == 6 || argc == 7)) {
+      run_hold(argv[2], argv[3], std::strtol(argv[4], nullptr, 10), argv[5],
+               argc == 7 ? static_cast<std::uint32_t>(std::strtoul(argv[6], nullptr, 10)) : 0);
+    }
     if (argc != 6) return usage();
     if (mode == "counter") return run_counter(argv[2], argv[3], std::strtol(argv[4], nullptr, 10), argv[5]);
-    if (mode == "hold") run_hold(argv[2], argv[3], std::strtol(argv[4], nullptr, 10), argv[5]);
   } catch (const dlock::Error& e) {
     std::fprintf(stderr, "conformance_worker: %s\n", e.what());
     return kDlockError;

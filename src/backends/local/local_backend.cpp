@@ -22,7 +22,15 @@ struct Entry {
   std::uint32_t holds = 0;
   Clock::time_point expires;
   Clock::time_point acquired;
+  LockMode mode = LockMode::exclusive;
   bool evicted = false;  // force-released with a lock delay: closed until released or expired
+};
+
+// A key's holders: none, one exclusive, or shared ones (backend.hpp, "Shared holds").
+struct KeyState {
+  std::vector<Entry> holders;
+  std::uint32_t permits = 0;          // of the shared holders
+  Clock::time_point writer_claim{};   // a waiting writer refuses new readers until then
 };
 
 // Waiters on one key. One release bumps the generation and wakes one waiter.
@@ -31,22 +39,38 @@ struct WakeSlot {
   std::condition_variable cv;
 };
 
+std::chrono::milliseconds until(Clock::time_point t, Clock::time_point now) {
+  return std::chrono::ceil<std::chrono::milliseconds>(t - now);
+}
+
 struct Store {
   std::mutex mutex;
-  std::map<std::string, Entry, std::less<>> entries;
+  std::map<std::string, KeyState, std::less<>> keys;
   std::map<std::string, std::weak_ptr<WakeSlot>, std::less<>> slots;
   std::uint64_t last_token = 0;
   Activity activity;
   // Every backend's Backend::watch events, by backend.
   std::map<const void*, std::shared_ptr<backend::Events>> watchers;
 
-  bool live(const Entry& e, Clock::time_point now) const { return (e.holds > 0 || e.evicted) && e.expires > now; }
+  static bool live(const Entry& e, Clock::time_point now) { return (e.holds > 0 || e.evicted) && e.expires > now; }
 
-  LockInfo info(const std::string& key, const Entry& e, Clock::time_point now) const {
-    LockInfo info{key, e.owner, e.token, e.holds, std::chrono::ceil<std::chrono::milliseconds>(e.expires - now),
+  // Drops the holders whose leases ran out.
+  static void prune(KeyState& state, Clock::time_point now) {
+    std::erase_if(state.holders, [&](const Entry& e) { return !live(e, now); });
+  }
+
+  static LockInfo info(const std::string& key, const Entry& e, Clock::time_point now) {
+    LockInfo info{key, e.owner, e.token, e.holds, until(e.expires, now),
                   std::chrono::floor<std::chrono::milliseconds>(now - e.acquired)};
     info.evicted = e.evicted;
+    info.mode = e.mode;
     return info;
+  }
+
+  static std::vector<LockInfo> infos(const std::string& key, const KeyState& state, Clock::time_point now) {
+    std::vector<LockInfo> out;
+    for (const Entry& e : state.holders) out.push_back(info(key, e, now));
+    return out;
   }
 
   // Caller holds `mutex`.
@@ -78,8 +102,9 @@ class LocalBell final : public Bell {
     return consumed_;
   }
 
-  void abandon() noexcept override {
+  void pass_on() noexcept override {
     if (!consumed_) return;
+    consumed_ = false;
     std::lock_guard lock(store_->mutex);
     slot_->cv.notify_one();
   }
@@ -104,59 +129,85 @@ class LocalBackend final : public backend::Backend, public backend::ActivityLedg
   std::string_view name() const noexcept override { return "local"; }
   // The store lives in this process: nothing outside it sees its locks or outlives it.
   backend::Capabilities capabilities() const noexcept override {
-    return {.records_acquisition_time = true, .notifies_evictions = true};
+    return {.records_acquisition_time = true, .shared_holders = true, .notifies_evictions = true};
   }
 
   backend::AcquireResult acquire(const backend::AcquireRequest& r) override {
     std::lock_guard lock(store_->mutex);
     const auto now = Clock::now();
-    auto [it, inserted] = store_->entries.try_emplace(std::string(r.key));
-    Entry& e = it->second;
-    if (inserted || !store_->live(e, now)) {
-      e = Entry{std::string(r.owner), ++store_->last_token, 1, now + r.ttl, now};
-      return backend::Acquired{e.token, 1};
+    auto [it, inserted] = store_->keys.try_emplace(std::string(r.key));
+    KeyState& state = it->second;
+    Store::prune(state, now);
+    auto& holders = state.holders;
+    const auto mine = std::find_if(holders.begin(), holders.end(),
+                                   [&](const Entry& e) { return e.owner == r.owner && !e.evicted; });
+    const bool upgrade = mine != holders.end() && mine->mode == LockMode::shared && r.mode == LockMode::exclusive;
+    if (mine != holders.end() && !upgrade) {
+      ++mine->holds;
+      mine->expires = std::max(mine->expires, now + r.ttl);
+      return backend::Acquired{mine->token, mine->holds};
     }
-    if (e.owner == r.owner && !e.evicted) {
-      ++e.holds;
-      e.expires = std::max(e.expires, now + r.ttl);
-      return backend::Acquired{e.token, e.holds};
+    auto retry = std::chrono::milliseconds::max();
+    for (const Entry& e : holders) retry = std::min(retry, until(e.expires, now));
+    const auto busy = [&](std::chrono::milliseconds within) {
+      return backend::Busy{Store::infos(it->first, state, now), within};
+    };
+    if (r.mode == LockMode::exclusive) {
+      if (!holders.empty()) {
+        if (!r.waiting) return busy(retry);
+        state.writer_claim = now + backend::kWriterClaim;
+        return busy(std::min(retry, backend::kWriterClaim / 2));
+      }
+      state.writer_claim = {};
+    } else {
+      const bool shared = !holders.empty() && holders.front().mode == LockMode::shared;
+      if (shared && state.permits != r.permits) {
+        throw InvalidArgument("'" + it->first + "' is held with " + permits_text(state.permits) +
+                                  " and this request asks for " + permits_text(r.permits) +
+                                  ": every client of one semaphore or read-write lock must agree",
+                              it->first);
+      }
+      if (!holders.empty() && !shared) return busy(retry);
+      if (state.writer_claim > now) return busy(std::min(retry, until(state.writer_claim, now)));
+      if (r.permits != 0 && holders.size() >= r.permits) return busy(retry);
+      state.permits = r.permits;
     }
-    return backend::Busy{{store_->info(it->first, e, now)},
-                         std::chrono::ceil<std::chrono::milliseconds>(e.expires - now)};
+    holders.push_back(Entry{std::string(r.owner), ++store_->last_token, 1, now + r.ttl, now, r.mode});
+    return backend::Acquired{holders.back().token, 1};
   }
 
   bool renew(const backend::LeaseRef& lease, std::chrono::milliseconds ttl) override {
     std::lock_guard lock(store_->mutex);
     const auto now = Clock::now();
-    Entry* e = find_ours(lease, now);
-    if (!e) return false;
+    Entry* e = find_live(lease, now);
+    if (!e || e->evicted) return false;
     e->expires = now + ttl;
     return true;
   }
 
   std::optional<std::uint32_t> release(const backend::LeaseRef& lease) override {
     std::lock_guard lock(store_->mutex);
-    Entry* e = find_live(lease, Clock::now());
+    const auto now = Clock::now();
+    Entry* e = find_live(lease, now);
     if (!e) return std::nullopt;
-    if (e->evicted) {  // the evicted holder acknowledges its loss: the key opens
-      e->evicted = false;
-      e->owner.clear();
-      store_->ring(lease.key);
-      return std::nullopt;
+    std::optional<std::uint32_t> left;
+    if (!e->evicted) {  // an evicted holder's release acknowledges its loss: its hold ends
+      left = --e->holds;
+      if (*left > 0) return left;
     }
-    if (--e->holds == 0) {
-      e->owner.clear();
-      store_->ring(lease.key);
-    }
-    return e->holds;
+    auto& holders = store_->keys.find(lease.key)->second.holders;
+    holders.erase(holders.begin() + (e - holders.data()));
+    store_->ring(lease.key);
+    return left;
   }
 
   std::vector<LockInfo> inspect(std::string_view key) override {
     std::lock_guard lock(store_->mutex);
     const auto now = Clock::now();
-    const auto it = store_->entries.find(key);
-    if (it == store_->entries.end() || !store_->live(it->second, now)) return {};
-    return {store_->info(it->first, it->second, now)};
+    const auto it = store_->keys.find(key);
+    if (it == store_->keys.end()) return {};
+    Store::prune(it->second, now);
+    return Store::infos(it->first, it->second, now);
   }
 
   ListPage list(std::string_view prefix, std::string_view after, std::size_t limit) override {
@@ -164,18 +215,21 @@ class LocalBackend final : public backend::Backend, public backend::ActivityLedg
     const auto now = Clock::now();
     ListPage page;
     if (limit == 0) return page;
-    auto it = after.empty() ? store_->entries.lower_bound(prefix) : store_->entries.upper_bound(after);
-    for (; it != store_->entries.end(); ++it) {
+    std::size_t keys = 0;
+    auto it = after.empty() ? store_->keys.lower_bound(prefix) : store_->keys.upper_bound(after);
+    for (; it != store_->keys.end(); ++it) {
       if (it->first.compare(0, prefix.size(), prefix) != 0) {
         if (it->first > prefix) break;
         continue;
       }
-      if (!store_->live(it->second, now)) continue;
-      if (page.locks.size() == limit) {
+      Store::prune(it->second, now);
+      if (it->second.holders.empty()) continue;
+      if (keys == limit) {
         page.next_after = page.locks.back().key;
         break;
       }
-      page.locks.push_back(store_->info(it->first, it->second, now));
+      ++keys;
+      for (const Entry& e : it->second.holders) page.locks.push_back(Store::info(it->first, e, now));
     }
     return page;
   }
@@ -187,17 +241,19 @@ class LocalBackend final : public backend::Backend, public backend::ActivityLedg
     {
       std::lock_guard lock(store_->mutex);
       const auto now = Clock::now();
-      const auto it = store_->entries.find(key);
-      if (it == store_->entries.end() || !store_->live(it->second, now)) return {};
-      Entry& e = it->second;
-      if (token && e.token != *token) return {};
-      released.push_back(store_->info(it->first, e, now));
-      e.holds = 0;
-      if (eviction == Eviction::delayed) {
-        e.evicted = true;
-      } else {
-        e.evicted = false;
-        e.owner.clear();
+      const auto it = store_->keys.find(key);
+      if (it == store_->keys.end()) return {};
+      auto& holders = it->second.holders;
+      Store::prune(it->second, now);
+      for (Entry& e : holders) {
+        if (token && e.token != *token) continue;
+        released.push_back(Store::info(it->first, e, now));
+        e.holds = 0;
+        e.evicted = eviction == Eviction::delayed;
+      }
+      if (released.empty()) return {};
+      if (eviction == Eviction::immediate) {
+        Store::prune(it->second, now);
         store_->ring(key);
       }
       for (const auto& [backend, events] : store_->watchers) watchers.push_back(events);
@@ -240,24 +296,38 @@ class LocalBackend final : public backend::Backend, public backend::ActivityLedg
     return store_->activity;
   }
 
-  // Tokens come from one sequence per store, so dropping entries cannot repeat a token.
+  // Tokens come from one sequence per store, so dropping keys cannot repeat a token. A waiting
+  // writer's claim keeps its key.
   std::size_t collect_idle() override {
     std::lock_guard lock(store_->mutex);
-    return std::erase_if(store_->entries, [&](const auto& kv) { return !store_->live(kv.second, Clock::now()); });
+    const auto now = Clock::now();
+    std::size_t removed = 0;
+    for (auto it = store_->keys.begin(); it != store_->keys.end();) {
+      Store::prune(it->second, now);
+      if (it->second.holders.empty() && it->second.writer_claim <= now) {
+        it = store_->keys.erase(it);
+        ++removed;
+      } else {
+        ++it;
+      }
+    }
+    return removed;
   }
 
  private:
-  Entry* find_live(const backend::LeaseRef& lease, Clock::time_point now) {
-    const auto it = store_->entries.find(lease.key);
-    if (it == store_->entries.end()) return nullptr;
-    Entry& e = it->second;
-    if (!store_->live(e, now) || e.owner != lease.owner || e.token != lease.token) return nullptr;
-    return &e;
+  static std::string permits_text(std::uint32_t permits) {
+    return permits == 0 ? "no limit on shared holders (a read-write lock)"
+                        : std::to_string(permits) + " permits (a semaphore)";
   }
-  // A live acquisition that is still ours: not evicted.
-  Entry* find_ours(const backend::LeaseRef& lease, Clock::time_point now) {
-    Entry* e = find_live(lease, now);
-    return e && !e->evicted ? e : nullptr;
+
+  // The live acquisition (owner, token), evicted or not.
+  Entry* find_live(const backend::LeaseRef& lease, Clock::time_point now) {
+    const auto it = store_->keys.find(lease.key);
+    if (it == store_->keys.end()) return nullptr;
+    for (Entry& e : it->second.holders) {
+      if (Store::live(e, now) && e.owner == lease.owner && e.token == lease.token) return &e;
+    }
+    return nullptr;
   }
 
   std::shared_ptr<Store> store_;

@@ -72,7 +72,7 @@ class BoardBell final : public Bell {
     }
   }
 
-  void abandon() noexcept override {
+  void pass_on() noexcept override {
     if (!consumed_) return;
     consumed_ = false;
     wake_one(word_, bit_);
