@@ -1,0 +1,135 @@
+#pragma once
+
+// The SQL of sqlite://: the schema and every statement the backend caches on a connection
+// (Connection's `statements`, indexed by Sql). One place for the on-disk format.
+
+#include <array>
+#include <cstddef>
+
+namespace dlock::backends::sqlite::statements {
+
+inline constexpr long long kSchemaVersion = 2;
+
+// Tables, the token floor and its trigger. Idempotent; run inside BEGIN IMMEDIATE.
+// A key's row carries its last token and a takeover adds one; a deleted row's token is kept
+// in dlock_seq, the floor for the next row of any key, so deleting idle rows cannot repeat a
+// token. Only DELETE has a trigger: acquire and release, the hot statements, fire none.
+// Version 1 raised dlock_seq on every insert and update; its triggers are dropped.
+inline constexpr const char* kSchema = R"sql(
+CREATE TABLE IF NOT EXISTS dlock_meta(k TEXT PRIMARY KEY, v) WITHOUT ROWID;
+CREATE TABLE IF NOT EXISTS dlock_locks(
+  name TEXT PRIMARY KEY,
+  owner TEXT NOT NULL,            -- '' when free
+  token INTEGER NOT NULL,         -- fencing token of the current or last acquisition
+  hold_count INTEGER NOT NULL,
+  expires_at INTEGER NOT NULL,    -- microseconds of CLOCK_BOOTTIME (dlock_now_us())
+  acquired_at INTEGER NOT NULL
+) WITHOUT ROWID;
+CREATE TABLE IF NOT EXISTS dlock_seq(id INTEGER PRIMARY KEY CHECK (id = 0), v INTEGER NOT NULL);
+INSERT OR IGNORE INTO dlock_seq VALUES (0, 0);
+DROP TRIGGER IF EXISTS dlock_seq_after_insert;
+DROP TRIGGER IF EXISTS dlock_seq_after_update;
+CREATE TRIGGER IF NOT EXISTS dlock_seq_after_delete AFTER DELETE ON dlock_locks
+BEGIN UPDATE dlock_seq SET v = max(v, OLD.token) WHERE id = 0; END;
+INSERT OR IGNORE INTO dlock_meta VALUES ('schema_version', 2);
+UPDATE dlock_meta SET v = 2 WHERE k = 'schema_version' AND v = 1;
+)sql";
+
+// Every statement reads the clock once through the MATERIALIZED CTE t(now), so its checks
+// and the values it stores agree on one instant (dlock_now_us() is not deterministic, and a
+// plain call would be evaluated once per use).
+enum Sql : std::size_t {
+  kAcquire, kRenew, kRelease, kReleaseEvicted, kInspect, kList, kForceRelease, kEvict, kRecordEviction, kEvictedSince,
+  kCollectIdle, kPing, kAddActivity, kActivity, kSqlCount
+};
+
+inline constexpr std::array<const char*, kSqlCount> kSql = {
+    // acquire: one UPSERT. A new row takes the token after the floor; a free row (owner '' or
+    // expired) goes to the caller with its token plus one; the live owner re-enters unless it
+    // was evicted (hold_count 0), and its lease ends at the later of its end and now + ttl;
+    // anyone else leaves it unchanged. The DO UPDATE always fires so RETURNING reports the
+    // holder too. SET expressions see the old row.
+    R"sql(WITH t(now) AS MATERIALIZED (SELECT dlock_now_us())
+INSERT INTO dlock_locks(name, owner, token, hold_count, expires_at, acquired_at)
+SELECT ?1, ?2, (SELECT v FROM dlock_seq WHERE id = 0) + 1, 1, t.now + ?3, t.now FROM t WHERE true
+ON CONFLICT(name) DO UPDATE SET
+  owner = CASE WHEN owner = '' OR expires_at <= excluded.acquired_at THEN excluded.owner ELSE owner END,
+  token = CASE WHEN owner = '' OR expires_at <= excluded.acquired_at THEN token + 1 ELSE token END,
+  hold_count = CASE WHEN owner = '' OR expires_at <= excluded.acquired_at THEN 1
+                    WHEN owner = excluded.owner AND hold_count > 0 THEN hold_count + 1 ELSE hold_count END,
+  expires_at = CASE WHEN owner = '' OR expires_at <= excluded.acquired_at THEN excluded.expires_at
+                    WHEN owner = excluded.owner AND hold_count > 0 THEN max(expires_at, excluded.expires_at)
+                    ELSE expires_at END,
+  acquired_at = CASE WHEN owner = '' OR expires_at <= excluded.acquired_at THEN excluded.acquired_at
+                     ELSE acquired_at END
+RETURNING owner, token, hold_count, expires_at - (SELECT now FROM t), (SELECT now FROM t) - acquired_at)sql",
+    // renew: never resurrects an expired or evicted lease.
+    R"sql(WITH t(now) AS MATERIALIZED (SELECT dlock_now_us())
+UPDATE dlock_locks SET expires_at = (SELECT now FROM t) + ?4
+WHERE name = ?1 AND owner = ?2 AND token = ?3 AND hold_count > 0 AND expires_at > (SELECT now FROM t)
+RETURNING 1)sql",
+    // release: drops one hold; the last one frees the row (kept, for its token history).
+    R"sql(WITH t(now) AS MATERIALIZED (SELECT dlock_now_us())
+UPDATE dlock_locks SET hold_count = hold_count - 1,
+  owner = CASE WHEN hold_count > 1 THEN owner ELSE '' END,
+  expires_at = CASE WHEN hold_count > 1 THEN expires_at ELSE 0 END
+WHERE name = ?1 AND owner = ?2 AND token = ?3 AND hold_count > 0 AND expires_at > (SELECT now FROM t)
+RETURNING hold_count)sql",
+    // release of an evicted holder: it acknowledges its loss, and the key is free.
+    R"sql(WITH t(now) AS MATERIALIZED (SELECT dlock_now_us())
+UPDATE dlock_locks SET owner = '', expires_at = 0
+WHERE name = ?1 AND owner = ?2 AND token = ?3 AND hold_count = 0 AND expires_at > (SELECT now FROM t)
+RETURNING 1)sql",
+    // inspect: the holder; with ?2, only if it holds that token (force_release's filter).
+    R"sql(WITH t(now) AS MATERIALIZED (SELECT dlock_now_us())
+SELECT owner, token, hold_count, expires_at - t.now, t.now - acquired_at FROM dlock_locks, t
+WHERE name = ?1 AND owner <> '' AND expires_at > t.now AND token = coalesce(?2, token))sql",
+    // list: ?1 is the lower bound (prefix or after), ?2 the `after` key itself (exclusive),
+    // ?3 the first string past the prefix (a BLOB, which sorts after all text, when none).
+    R"sql(WITH t(now) AS MATERIALIZED (SELECT dlock_now_us())
+SELECT name, owner, token, hold_count, expires_at - t.now, t.now - acquired_at FROM dlock_locks, t
+WHERE name >= ?1 AND name < ?3 AND name <> ?2 AND owner <> '' AND expires_at > t.now
+ORDER BY name LIMIT ?4)sql",
+    // force_release, immediate: deletes the row (with ?2, only the holder of that token).
+    // DELETE ... RETURNING reports the evicted holder in one statement, and the trigger keeps
+    // its token as the floor for the key's next row.
+    R"sql(WITH t(now) AS MATERIALIZED (SELECT dlock_now_us())
+DELETE FROM dlock_locks WHERE name = ?1 AND owner <> '' AND expires_at > (SELECT now FROM t)
+  AND token = coalesce(?2, token)
+RETURNING owner, token, hold_count, expires_at - (SELECT now FROM t), (SELECT now FROM t) - acquired_at)sql",
+    // force_release, delayed (after kInspect found the holder, in the same transaction): the
+    // holder stays with its token and expiry, and hold_count 0 marks it evicted.
+    "UPDATE dlock_locks SET hold_count = 0 WHERE name = ?1",
+    // Every force-release, for the watchers of other clients (the trigger keeps the last 256).
+    "INSERT INTO dlock_evictions(name, at) VALUES (?1, dlock_now_us())",
+    // The force-releases since a watcher's last look (?1) and since it started (?2).
+    "SELECT seq, name FROM dlock_evictions WHERE seq > ?1 AND at >= ?2 ORDER BY seq",
+    R"sql(WITH t(now) AS MATERIALIZED (SELECT dlock_now_us())
+DELETE FROM dlock_locks WHERE owner = '' OR expires_at <= (SELECT now FROM t))sql",
+    // ping: a read transaction and one B-tree lookup, the cheapest access to the file.
+    "SELECT v FROM dlock_seq WHERE id = 0",
+    // add_activity: one row of totals, added to; written every few seconds per busy client.
+    R"sql(INSERT INTO dlock_activity VALUES (0, ?1, ?2, ?3, ?4, ?5, ?6) ON CONFLICT(id) DO UPDATE SET
+  acquisitions = acquisitions + excluded.acquisitions, conflicts = conflicts + excluded.conflicts,
+  waits = waits + excluded.waits, wait_us = wait_us + excluded.wait_us,
+  renewals = renewals + excluded.renewals, losses = losses + excluded.losses)sql",
+    "SELECT acquisitions, conflicts, waits, wait_us, renewals, losses FROM dlock_activity WHERE id = 0",
+};
+
+// The force-releases that eviction watchers read (see EvictionWatch): the last 256, each with
+// the time it was made (dlock_now_us()). Created with the schema and, for files that predate
+// it, on a client's first force-release (no new schema version: builds that know version 2
+// open the file as before).
+inline constexpr const char* kEvictionsSchema = R"sql(
+CREATE TABLE IF NOT EXISTS dlock_evictions(seq INTEGER PRIMARY KEY, name TEXT NOT NULL, at INTEGER NOT NULL);
+CREATE TRIGGER IF NOT EXISTS dlock_evictions_kept AFTER INSERT ON dlock_evictions
+BEGIN DELETE FROM dlock_evictions WHERE seq <= NEW.seq - 256; END)sql";
+
+// The activity totals' table. Created on first use rather than in kSchema, so that files of
+// schema version 2 need no migration and builds that know version 2 can still open them.
+inline constexpr const char* kActivitySchema = R"sql(
+CREATE TABLE IF NOT EXISTS dlock_activity(id INTEGER PRIMARY KEY CHECK (id = 0),
+  acquisitions INTEGER NOT NULL, conflicts INTEGER NOT NULL, waits INTEGER NOT NULL,
+  wait_us INTEGER NOT NULL, renewals INTEGER NOT NULL, losses INTEGER NOT NULL))sql";
+
+}  // namespace dlock::backends::sqlite::statements
