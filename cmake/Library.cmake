@@ -122,6 +122,7 @@ if(DLOCK_WITH_SQLITE)
     src/backends/sqlite/connection.cpp
     src/backends/sqlite/errors.cpp
     src/backends/sqlite/host.cpp
+    src/backends/sqlite/shared_holds.cpp
     src/backends/sqlite/sqlite_backend.cpp
     src/backends/sqlite/wake_board.cpp)
   target_include_directories(dlock_objects PRIVATE ${SQLite3_INCLUDE_DIRS})

@@ -20,6 +20,7 @@
 #include "backends/sqlite/connection.hpp"
 #include "backends/sqlite/errors.hpp"
 #include "backends/sqlite/host.hpp"
+#include "backends/sqlite/shared_holds.hpp"
 #include "backends/sqlite/statements.hpp"
 #include "backends/sqlite/wake_board.hpp"
 #include "core/log.hpp"
@@ -88,12 +89,86 @@ class SqliteBackend final : public backend::Backend, public backend::ActivityLed
     return {.spans_processes = true,
             .holds_outlive_the_client = true,
             .records_acquisition_time = true,
+            .shared_holders = true,
             .notifies_evictions = true};
   }
 
   backend::AcquireResult acquire(const backend::AcquireRequest& request) override {
     Borrowed connection(*this);
-    Query query(*connection, kAcquire, request.key);
+    if (request.mode == LockMode::shared) {
+      ensure_table(*connection, shared_tables_ready_, kSharedSchema);
+      return sqlite::acquire_shared(*connection, request, ttl_us(request.ttl));
+    }
+    auto result = acquire_exclusive(*connection, request);
+    auto* busy = std::get_if<backend::Busy>(&result);
+    if (!busy) return result;
+    if (busy->holders.front().owner == kSharedOwner) {
+      ensure_table(*connection, shared_tables_ready_, kSharedSchema);
+      busy->holders = sqlite::shared_holders(*connection, request.key);
+      for (const auto& holder : busy->holders) busy->retry_within = std::min(busy->retry_within, holder.ttl_left);
+    }
+    if (request.waiting) {
+      ensure_table(*connection, shared_tables_ready_, kSharedSchema);
+      sqlite::place_writer_claim(*connection, request.key);
+      busy->retry_within = std::min(busy->retry_within, std::chrono::milliseconds(backend::kWriterClaim / 2));
+    }
+    return result;
+  }
+
+  bool renew(const backend::LeaseRef& lease, std::chrono::milliseconds ttl) override {
+    Borrowed connection(*this);
+    {
+      LeaseQuery query(*connection, kRenew, lease);
+      query.bind(4, ttl_us(ttl));
+      if (query.one_row([] {})) return true;
+    }
+    ensure_table(*connection, shared_tables_ready_, kSharedSchema);
+    return sqlite::renew_shared(*connection, lease, ttl_us(ttl));
+  }
+
+  std::optional<std::uint32_t> release(const backend::LeaseRef& lease) override {
+    std::optional<std::uint32_t> left;
+    bool ended = false;
+    {
+      Borrowed connection(*this);
+      {
+        LeaseQuery query(*connection, kRelease, lease);
+        query.one_row([&] { left = static_cast<std::uint32_t>(query.int64(0)); });
+      }
+      // No longer ours, or a shared hold (rare): if it was evicted with a lock delay, this
+      // release ends its hold.
+      if (left) {
+        ended = *left == 0;
+      } else if (LeaseQuery(*connection, kReleaseEvicted, lease).one_row([] {})) {
+        ended = true;
+      } else {
+        ensure_table(*connection, shared_tables_ready_, kSharedSchema);
+        if (const auto shared = sqlite::release_shared(*connection, lease)) {
+          left = *shared;
+          ended = !left || *left == 0;
+        }
+      }
+    }
+    if (ended) board_->ring(lease.key);  // committed: a hold ended
+    return left;
+  }
+
+  std::vector<LockInfo> inspect(std::string_view key) override {
+    Borrowed connection(*this);
+    Query query(*connection, kInspect, key);
+    query.bind(1, key);
+    std::vector<LockInfo> holders;
+    query.one_row([&] { holders.push_back(row_info(query, std::string(key), 0)); });
+    if (!holders.empty() && holders.front().owner == kSharedOwner) {
+      ensure_table(*connection, shared_tables_ready_, kSharedSchema);
+      return sqlite::shared_holders(*connection, key);
+    }
+    return holders;
+  }
+
+ private:
+  backend::AcquireResult acquire_exclusive(Connection& connection, const backend::AcquireRequest& request) {
+    Query query(connection, kAcquire, request.key);
     query.bind(1, request.key).bind(2, request.owner).bind(3, ttl_us(request.ttl));
     backend::AcquireResult result;
     const bool found = query.one_row([&] {
@@ -109,38 +184,7 @@ class SqliteBackend final : public backend::Backend, public backend::ActivityLed
     return result;
   }
 
-  bool renew(const backend::LeaseRef& lease, std::chrono::milliseconds ttl) override {
-    Borrowed connection(*this);
-    LeaseQuery query(*connection, kRenew, lease);
-    query.bind(4, ttl_us(ttl));
-    return query.one_row([] {});
-  }
-
-  std::optional<std::uint32_t> release(const backend::LeaseRef& lease) override {
-    std::optional<std::uint32_t> left;
-    bool acknowledged = false;
-    {
-      Borrowed connection(*this);
-      {
-        LeaseQuery query(*connection, kRelease, lease);
-        query.one_row([&] { left = static_cast<std::uint32_t>(query.int64(0)); });
-      }
-      // No longer ours (rare): if it was evicted with a lock delay, this release opens the key.
-      if (!left) acknowledged = LeaseQuery(*connection, kReleaseEvicted, lease).one_row([] {});
-    }
-    if (left == 0u || acknowledged) board_->ring(lease.key);  // committed: the key is free
-    return left;
-  }
-
-  std::vector<LockInfo> inspect(std::string_view key) override {
-    Borrowed connection(*this);
-    Query query(*connection, kInspect, key);
-    query.bind(1, key);
-    std::vector<LockInfo> holders;
-    query.one_row([&] { holders.push_back(row_info(query, std::string(key), 0)); });
-    return holders;
-  }
-
+ public:
   ListPage list(std::string_view prefix, std::string_view after, std::size_t limit) override {
     if (limit == 0) return {};
     // Keys compare bytewise (BINARY collation, like std::string_view), so the keys that start
@@ -159,13 +203,27 @@ class SqliteBackend final : public backend::Backend, public backend::ActivityLed
     // One row more than asked tells whether another page follows.
     query.bind(4, static_cast<std::int64_t>(std::min<std::size_t>(limit, INT64_MAX - 1) + 1));
     ListPage page;
-    while (query.step()) {
-      if (page.locks.size() == limit) {
+    bool any_shared = false;
+    for (std::size_t keys = 0; query.step(); ++keys) {
+      if (keys == limit) {
         page.next_after = page.locks.back().key;
         break;
       }
       page.locks.push_back(row_info(query, query.text(0), 1));
+      any_shared = any_shared || page.locks.back().owner == kSharedOwner;
     }
+    if (!any_shared) return page;
+    // Keys held shared: their holders in place of the marker row.
+    ensure_table(*connection, shared_tables_ready_, kSharedSchema);
+    std::vector<LockInfo> locks;
+    for (auto& lock : page.locks) {
+      if (lock.owner != kSharedOwner) {
+        locks.push_back(std::move(lock));
+        continue;
+      }
+      for (auto& holder : sqlite::shared_holders(*connection, lock.key)) locks.push_back(std::move(holder));
+    }
+    page.locks = std::move(locks);
     return page;
   }
 
@@ -175,8 +233,17 @@ class SqliteBackend final : public backend::Backend, public backend::ActivityLed
     {
       Borrowed connection(*this);
       ensure_table(*connection, evictions_table_ready_, kEvictionsSchema);
+      ensure_table(*connection, shared_tables_ready_, kSharedSchema);
       connection->exec("BEGIN IMMEDIATE");
+      bool shared = false;
       {
+        Query query(*connection, kInspect, key);
+        query.bind(1, key);
+        query.one_row([&] { shared = query.text(0) == kSharedOwner; });
+      }
+      if (shared) {
+        released = sqlite::force_release_shared(*connection, key, eviction, token);
+      } else {
         // The holder as it was (an already evicted one counts as held); immediate deletes it.
         Query query(*connection, eviction == Eviction::immediate ? kForceRelease : kInspect, key);
         query.bind(1, key);
@@ -184,7 +251,7 @@ class SqliteBackend final : public backend::Backend, public backend::ActivityLed
         query.one_row([&] { released.push_back(row_info(query, std::string(key), 0)); });
       }
       if (!released.empty()) {
-        if (eviction == Eviction::delayed) Query(*connection, kEvict, key).bind(1, key).run();
+        if (eviction == Eviction::delayed && !shared) Query(*connection, kEvict, key).bind(1, key).run();
         Query(*connection, kRecordEviction, key).bind(1, key).run();
       }
       connection->exec("COMMIT");
@@ -224,7 +291,10 @@ class SqliteBackend final : public backend::Backend, public backend::ActivityLed
     Borrowed connection(*this);
     Query query(*connection, kCollectIdle);
     query.run();
-    return static_cast<std::size_t>(sqlite3_changes64(connection->db()));
+    const auto removed = static_cast<std::size_t>(sqlite3_changes64(connection->db()));
+    ensure_table(*connection, shared_tables_ready_, kSharedSchema);
+    sqlite::collect_idle_shared(*connection);
+    return removed;
   }
 
   backend::ActivityLedger* activity() noexcept override { return this; }
@@ -390,11 +460,14 @@ class SqliteBackend final : public backend::Backend, public backend::ActivityLed
     }
     connection.exec(kSchema);
     connection.exec(kEvictionsSchema);
+    connection.exec(kSharedSchema);
     const std::string& stored = stamp.boot_id;
     if (stored != boot_id) {
       // CLOCK_BOOTTIME restarted, and every holder died with the old boot, as did every watcher.
       connection.exec("UPDATE dlock_locks SET owner = '', hold_count = 0, expires_at = 0 WHERE owner <> ''");
       connection.exec("DELETE FROM dlock_evictions");
+      connection.exec("DELETE FROM dlock_shared");  // their expiry times count from the old boot
+      connection.exec("DELETE FROM dlock_modes");
       // A power loss may have dropped the last commits (synchronous=NORMAL), and with them
       // tokens already handed out: jump far past anything the old boot could have issued.
       if (!stored.empty()) {
@@ -415,6 +488,7 @@ class SqliteBackend final : public backend::Backend, public backend::ActivityLed
   std::vector<std::unique_ptr<Connection>> idle_;
   std::atomic<bool> activity_table_ready_{false};
   std::atomic<bool> evictions_table_ready_{false};
+  std::atomic<bool> shared_tables_ready_{false};
   std::unique_ptr<sqlite::EvictionWatch> watch_;
 };
 

@@ -40,7 +40,12 @@ UPDATE dlock_meta SET v = 2 WHERE k = 'schema_version' AND v = 1;
 // plain call would be evaluated once per use).
 enum Sql : std::size_t {
   kAcquire, kRenew, kRelease, kReleaseEvicted, kInspect, kList, kForceRelease, kEvict, kRecordEviction, kEvictedSince,
-  kCollectIdle, kPing, kAddActivity, kActivity, kSqlCount
+  kCollectIdle, kPing, kAddActivity, kActivity,
+  // Shared holds (shared_holds.cpp), on the tables of kSharedSchema. The caller reads the
+  // clock once (kNow) and binds it, so a transaction's statements agree on one instant.
+  kNow, kKeyRow, kSeq, kSharedPrune, kSharedHolders, kSharedMode, kSharedReenter, kExclusiveReenter, kSharedInsert,
+  kMarkShared, kSharedSettle, kSharedPermits, kClaim, kSharedRenew, kMarkerExtend, kSharedFind, kSharedDecrement,
+  kSharedDelete, kSharedEvict, kSharedCollect, kSqlCount
 };
 
 inline constexpr std::array<const char*, kSqlCount> kSql = {
@@ -114,7 +119,70 @@ DELETE FROM dlock_locks WHERE owner = '' OR expires_at <= (SELECT now FROM t))sq
   waits = waits + excluded.waits, wait_us = wait_us + excluded.wait_us,
   renewals = renewals + excluded.renewals, losses = losses + excluded.losses)sql",
     "SELECT acquisitions, conflicts, waits, wait_us, renewals, losses FROM dlock_activity WHERE id = 0",
+    "SELECT dlock_now_us()",
+    "SELECT owner, token, hold_count, expires_at, acquired_at FROM dlock_locks WHERE name = ?1",
+    "SELECT v FROM dlock_seq WHERE id = 0",
+    "DELETE FROM dlock_shared WHERE name = ?1 AND expires_at <= ?2",
+    // The live shared holders, with ?3 only the one of that token; ?2 is now.
+    R"sql(SELECT owner, token, hold_count, expires_at - ?2, ?2 - acquired_at FROM dlock_shared
+WHERE name = ?1 AND expires_at > ?2 AND token = coalesce(?3, token) ORDER BY token)sql",
+    "SELECT permits, claim_until, claim_token FROM dlock_modes WHERE name = ?1",
+    // Re-entries: ?3 now, ?4 now + ttl; a lease never shortens.
+    R"sql(UPDATE dlock_shared SET hold_count = hold_count + 1, expires_at = max(expires_at, ?4)
+WHERE name = ?1 AND owner = ?2 AND hold_count > 0 AND expires_at > ?3 RETURNING token, hold_count)sql",
+    R"sql(UPDATE dlock_locks SET hold_count = hold_count + 1, expires_at = max(expires_at, ?4)
+WHERE name = ?1 AND owner = ?2 AND hold_count > 0 AND expires_at > ?3 RETURNING token, hold_count)sql",
+    "INSERT INTO dlock_shared VALUES (?1, ?2, ?3, 1, ?4, ?5)",
+    // The key's row while it has shared holders: the marker owner (a space makes it no valid
+    // owner), the last token, and an expiry no earlier than any shared holder's, so the
+    // exclusive acquire (kAcquire) sees the key held until the last of them is gone.
+    R"sql(INSERT INTO dlock_locks(name, owner, token, hold_count, expires_at, acquired_at)
+VALUES (?1, ' shared', ?2, 1, ?3, ?4) ON CONFLICT(name) DO UPDATE SET
+  owner = excluded.owner, token = excluded.token, hold_count = 1, expires_at = excluded.expires_at,
+  acquired_at = CASE WHEN owner = excluded.owner AND expires_at > excluded.acquired_at THEN acquired_at
+                     ELSE excluded.acquired_at END)sql",
+    // After a shared hold ends: the marker's expiry is the latest left, or the key is free.
+    R"sql(UPDATE dlock_locks SET
+  owner = CASE WHEN EXISTS (SELECT 1 FROM dlock_shared WHERE name = ?1 AND expires_at > ?2) THEN owner ELSE '' END,
+  expires_at = coalesce((SELECT max(expires_at) FROM dlock_shared WHERE name = ?1 AND expires_at > ?2), 0)
+WHERE name = ?1 AND owner = ' shared')sql",
+    R"sql(INSERT INTO dlock_modes VALUES (?1, ?2, 0, 0) ON CONFLICT(name) DO UPDATE SET permits = excluded.permits)sql",
+    // A waiting writer's claim (?2: its length in µs), valid while the key's token stays the
+    // one it saw: the next acquisition can only be a writer's, which serves the claim.
+    R"sql(INSERT INTO dlock_modes SELECT ?1, 0, dlock_now_us() + ?2, token FROM dlock_locks WHERE name = ?1 AND true
+ON CONFLICT(name) DO UPDATE SET claim_until = excluded.claim_until, claim_token = excluded.claim_token)sql",
+    // ?4 now + ttl, ?5 now.
+    R"sql(UPDATE dlock_shared SET expires_at = ?4
+WHERE name = ?1 AND owner = ?2 AND token = ?3 AND hold_count > 0 AND expires_at > ?5 RETURNING 1)sql",
+    "UPDATE dlock_locks SET expires_at = max(expires_at, ?2) WHERE name = ?1 AND owner = ' shared'",
+    "SELECT hold_count FROM dlock_shared WHERE name = ?1 AND owner = ?2 AND token = ?3 AND expires_at > ?4",
+    "UPDATE dlock_shared SET hold_count = hold_count - 1 WHERE name = ?1 AND token = ?2 RETURNING hold_count",
+    // Ends shared holds: one (?2), or every one of the key.
+    "DELETE FROM dlock_shared WHERE name = ?1 AND token = coalesce(?2, token)",
+    "UPDATE dlock_shared SET hold_count = 0 WHERE name = ?1 AND token = coalesce(?2, token) AND expires_at > ?3",
+    R"sql(WITH t(now) AS MATERIALIZED (SELECT dlock_now_us())
+DELETE FROM dlock_shared WHERE expires_at <= (SELECT now FROM t))sql",
 };
+
+// Shared holders and each key's shared settings (permits, a waiting writer's claim). Created
+// on first use, like kActivitySchema, so files of schema version 2 need no migration; builds
+// that predate shared holds see a shared key's row held by the marker owner ' shared'.
+inline constexpr const char* kSharedSchema = R"sql(
+CREATE TABLE IF NOT EXISTS dlock_shared(
+  name TEXT NOT NULL,
+  token INTEGER NOT NULL,
+  owner TEXT NOT NULL,
+  hold_count INTEGER NOT NULL,    -- 0: evicted with a lock delay
+  expires_at INTEGER NOT NULL,
+  acquired_at INTEGER NOT NULL,
+  PRIMARY KEY (name, token)) WITHOUT ROWID;
+CREATE TABLE IF NOT EXISTS dlock_modes(
+  name TEXT PRIMARY KEY,
+  permits INTEGER NOT NULL,       -- of the current shared holders; 0: no limit
+  claim_until INTEGER NOT NULL,
+  claim_token INTEGER NOT NULL) WITHOUT ROWID)sql";
+
+inline constexpr const char* kSharedOwner = " shared";
 
 // The force-releases that eviction watchers read (see EvictionWatch): the last 256, each with
 // the time it was made (dlock_now_us()). Created with the schema and, for files that predate

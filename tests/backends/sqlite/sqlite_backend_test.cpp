@@ -196,7 +196,8 @@ TEST_F(SqliteBackend, CreatesSchemaOnFirstUse) {
   Raw raw(db_);
   EXPECT_EQ(raw.scalar("SELECT group_concat(name, ' ') FROM (SELECT name FROM sqlite_schema "
                        "WHERE name NOT LIKE 'sqlite_%' ORDER BY name)"),
-            "dlock_evictions dlock_evictions_kept dlock_locks dlock_meta dlock_seq dlock_seq_after_delete");
+            "dlock_evictions dlock_evictions_kept dlock_locks dlock_meta dlock_modes dlock_seq dlock_seq_after_delete "
+            "dlock_shared");
   EXPECT_EQ(raw.scalar("SELECT v FROM dlock_meta WHERE k = 'schema_version'"), "2");
   EXPECT_EQ(raw.scalar("SELECT v FROM dlock_meta WHERE k = 'boot_id'"), boot_id());
   EXPECT_EQ(raw.scalar("SELECT v FROM dlock_seq WHERE id = 0"), "0");
