@@ -58,6 +58,10 @@ class DLOCK_EXPORT MultiLease {
   const Lease& lease(std::string_view key) const;
   // The fencing token of `key`: each key has its own.
   std::uint64_t token(std::string_view key) const { return lease(key).token(); }
+  // The earliest Lease::valid_until() of the keys: the set is trustworthy until then.
+  std::chrono::steady_clock::time_point valid_until() const noexcept;
+  // The shortest Lease::ttl() of the keys; renewals come at a third of each key's own.
+  std::chrono::milliseconds ttl() const noexcept;
   // True once any key's lease is lost.
   bool lost() const noexcept;
   // True while every key is held and none is lost.
@@ -74,6 +78,8 @@ class DLOCK_EXPORT MultiLease {
   // Releases every key, last key first. Throws LockLostError, after releasing the others, if
   // some key had been lost. A second call is a no-op.
   void release();
+  // Stops tracking every key without releasing it (Lease::detach).
+  void detach() noexcept;
 
  private:
   friend struct detail::MultiLeaseState;

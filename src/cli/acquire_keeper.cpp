@@ -374,7 +374,7 @@ AcquireReport report_attempt(const GlobalOptions& global, const AcquireOptions& 
       report.out = json_line(
           {{"acquired", false}, {"key", options.key}, {"holders", holders_json(attempt.holders())}});
     }
-    if (!options.quiet) report.err = error_line(conflict_message(options.key, options.wait, attempt));
+    if (!options.quiet) report.err = error_line(conflict_message(options.key, options.wait, attempt.holders()));
     return report;
   }
   const Lease& lease = attempt.lease();

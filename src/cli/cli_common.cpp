@@ -182,13 +182,13 @@ Attempt take_lock(const Client& client, std::string_view key, const WaitOptions&
   return Attempt(client.acquire(key, options));
 }
 
-std::string conflict_message(std::string_view key, const WaitOptions& wait, const Attempt& attempt) {
+std::string conflict_message(std::string_view key, const WaitOptions& wait, const std::vector<LockInfo>& holders) {
   std::string message = wait.no_wait
                             ? fmt::format("'{}' is busy", key)
                             : fmt::format("gave up on '{}' after waiting {}", key,
                                           format_duration(wait.wait.value_or(std::chrono::milliseconds(0))));
-  message += attempt.holders().empty() ? std::string(": it is changing hands (no holder to name yet)")
-                                       : ": " + describe_holders(attempt.holders());
+  message += holders.empty() ? std::string(": it is changing hands (no holder to name yet)")
+                            : ": " + describe_holders(holders);
   return message;
 }
 

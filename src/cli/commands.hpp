@@ -54,7 +54,7 @@ CLI::Option* add_duration_option(CLI::App& command, const std::string& name, Tar
 Attempt take_lock(const Client& client, std::string_view key, const WaitOptions& wait,
                   const LockOptions& options);
 // Why an attempt failed, for stderr: "'k' is busy: held by O (exclusive, token 7, 1 hold, 12.3s left)".
-std::string conflict_message(std::string_view key, const WaitOptions& wait, const Attempt& attempt);
+std::string conflict_message(std::string_view key, const WaitOptions& wait, const std::vector<LockInfo>& holders);
 // A key's holders, at least one: "held by O (exclusive, token 7, 1 hold, 12.3s left)", each
 // holder so, joined by " and by ", then the waiting owners where the store names them.
 std::string describe_holders(const std::vector<LockInfo>& holders);

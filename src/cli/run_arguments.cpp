@@ -59,25 +59,30 @@ void arrange_run_arguments(const CLI::App& app, Words& args) {
   const std::size_t key = skip_options(app, run, args, name + 1);
   if (key >= args.size() || args[key] == "--" || key + 1 >= args.size()) return;
   const std::size_t first = key + 1;  // where the command starts, as in flock
-  if (!looks_like_option(args[first])) return;
-
   const auto end_of_options = std::find(args.begin() + static_cast<std::ptrdiff_t>(first), args.end(), "--");
   if (end_of_options != args.end()) {
-    // dlock's options after KEY, up to the "--"; a plain word among them is no option of dlock's.
+    // Up to the "--": dlock's options, and more keys (`dlock run A B -- CMD`, which CLI11 reads
+    // as `dlock run --key B A -- CMD`).
     const auto dashes = static_cast<std::size_t>(end_of_options - args.begin());
-    if (const std::size_t stray = skip_options(app, run, args, first); stray < dashes) {
-      throw InvalidArgument(fmt::format(
-          "'{}' stands among dlock's options, after the key '{}' and before '--': the command goes after '--' "
-          "(dlock run [OPTIONS] KEY -- COMMAND [ARGS...])",
-          args[stray], args[key]));
-    }
     Words arranged(args.begin(), args.begin() + static_cast<std::ptrdiff_t>(key));
-    arranged.insert(arranged.end(), args.begin() + static_cast<std::ptrdiff_t>(first), end_of_options);
+    for (std::size_t i = first; i < dashes;) {
+      if (looks_like_option(args[i])) {
+        const std::size_t span = std::min(option_span(app, run, args, i), dashes - i);
+        arranged.insert(arranged.end(), args.begin() + static_cast<std::ptrdiff_t>(i),
+                        args.begin() + static_cast<std::ptrdiff_t>(i + span));
+        i += span;
+      } else {
+        arranged.push_back("--key");
+        arranged.push_back(args[i++]);
+      }
+    }
     arranged.push_back(args[key]);
     arranged.insert(arranged.end(), end_of_options, args.end());
     args = std::move(arranged);
     return;
   }
+  if (!looks_like_option(args[first])) return;
+
   const std::string& option = args[first];
   if (option == "-c" || option == "--command") {  // flock's form: KEY -c 'STRING'
     if (first + 2 != args.size()) {

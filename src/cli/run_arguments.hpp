@@ -3,10 +3,12 @@
 // Where `dlock run`'s options end and its command begins, before CLI11 parses the line.
 //
 // As in flock(1), the command starts at the first word after KEY (`dlock run job ls -l`), with
-// two exceptions: options between KEY and a later "--" are dlock's (`dlock run job -n -- true`
-// is `dlock run -n job -- true`), and flock's `dlock run KEY -c 'STRING'` is
-// `dlock run -c 'STRING' KEY`. A word after KEY that starts with '-' and is neither is refused
-// with InvalidArgument saying so and giving both fixes, rather than run as the command.
+// these exceptions: when a "--" follows KEY, the words up to it are dlock's options and more
+// keys (`dlock run job -n -- true` is `dlock run -n job -- true`, and `dlock run a b -- true`
+// is `dlock run --key b a -- true`), and flock's `dlock run KEY -c 'STRING'` is
+// `dlock run -c 'STRING' KEY`. Without a "--", a word after KEY that starts with '-' and is
+// neither is refused with InvalidArgument saying so and giving both fixes, rather than run as
+// the command.
 
 #include <CLI/CLI.hpp>
 #include <string>

@@ -1,10 +1,12 @@
-// `dlock run KEY -- CMD`: runs a command while holding a lock, in the manner of flock(1).
+// `dlock run KEY [KEY...] -- CMD`: runs a command while holding a lock, in the manner of
+// flock(1); several keys are held as one multi-key lock (dlock/multi_lock.hpp).
 //
 // Processes: dlock, the command and a sentinel (run_process.hpp). The lease renews on the
 // client's renewal thread; a loss arrives through an eventfd, signals through a self-pipe, and one
 // poll() loop on the main thread handles both.
 
 #include <fmt/format.h>
+#include <fmt/ranges.h>
 #include <poll.h>
 #include <signal.h>
 #include <sys/eventfd.h>
@@ -35,6 +37,9 @@ using SteadyClock = std::chrono::steady_clock;
 
 struct RunOptions {
   std::string key;
+  std::vector<std::string> more_keys;  // --key: held with KEY, as one lock
+  bool shared = false;                 // --shared: a reader
+  std::uint32_t permits = 0;           // --permits: one of a semaphore's
   std::vector<std::string> command;
   std::optional<std::string> shell_command;  // -c
   std::string name;                          // --name; default: owner_name()
@@ -172,13 +177,20 @@ int run_command(const GlobalOptions& global, RunOptions& options) {
     say(std::string(message));
   });
   const Client client = open_client(global, ClientOptions{.name = owner_name(options)});
-  Attempt attempt =
-      take_lock(client, options.key, options.wait, LockOptions{.ttl = options.ttl, .auto_renew = true});
+  std::vector<std::string> keys = options.more_keys;
+  keys.insert(keys.begin(), options.key);
+  const LockOptions lock{.ttl = options.ttl,
+                         .auto_renew = true,
+                         .mode = options.shared || options.permits > 0 ? LockMode::shared : LockMode::exclusive,
+                         .permits = options.permits};
+  MultiAttempt attempt = options.wait.no_wait ? client.try_acquire_all(keys, lock)
+                         : options.wait.wait  ? client.try_acquire_all_for(keys, *options.wait.wait, lock)
+                                              : MultiAttempt(client.acquire_all(keys, lock));
   if (!attempt) {
-    if (!options.quiet) say(conflict_message(options.key, options.wait, attempt));
+    if (!options.quiet) say(conflict_message(attempt.busy_key(), options.wait, attempt.holders()));
     return options.conflict_exit;
   }
-  Lease& lease = attempt.lease();
+  MultiLease& lease = attempt.lease();
   // A store may grant a shorter lease than asked (a session store: its session timeout): the
   // command's stop is timed by what was granted.
   const milliseconds margin = kill_margin(lease.ttl());
@@ -235,7 +247,8 @@ int run_command(const GlobalOptions& global, RunOptions& options) {
     if (!stopping && now >= lease.valid_until() - margin - grace) {
       say(fmt::format("renewals of '{}' have failed until {} of its lease is left; stopping the command before "
                       "the lease can end (SIGTERM, then SIGKILL after {})",
-                      options.key, format_duration(std::chrono::floor<milliseconds>(lease.valid_until() - now)),
+                      fmt::join(lease.keys(), "', '"),
+                      format_duration(std::chrono::floor<milliseconds>(lease.valid_until() - now)),
                       format_duration(grace)));
       stop_command(lease.valid_until() - margin);
     }
@@ -272,8 +285,8 @@ int run_command(const GlobalOptions& global, RunOptions& options) {
     return options.lost_exit;
   } catch (const Error& e) {
     lease.detach();  // do not try again on destruction
-    say(fmt::format("could not release '{}': {}; it stays held until its TTL runs out", options.key,
-                    e.what()));
+    say(fmt::format("could not release '{}': {}; it stays held until its TTL runs out",
+                    fmt::join(lease.keys(), "', '"), e.what()));
   }
   // Nothing is held any more. Unwinding would join the client's threads and close its
   // connections only for the kernel to do the same, while the caller waits on our exit. Only
@@ -299,7 +312,8 @@ void add_run_command(CLI::App& app, const GlobalOptions& global, int& exit_code)
       "Exit status: the command's (128+N if it died by signal N); 1 (-E) if the lock was not "
       "obtained in time; 75 (--lost-exit-code) if the lock was lost while the command ran; 126/127 "
       "if the command cannot be run; 64 usage error; 69 backend or configuration error.\n"
-      "The command gets DLOCK_KEY, DLOCK_OWNER and DLOCK_FENCING_TOKEN in its environment.");
+      "The command gets DLOCK_KEY, DLOCK_OWNER and DLOCK_FENCING_TOKEN in its environment, and with "
+      "several keys DLOCK_KEYS and DLOCK_FENCING_TOKENS, every key (sorted) and its token, a line each.");
   add_duration_option(*run, "--ttl", options->ttl,
                       "Lease length; renewed every third of it while the command runs. A dlock that "
                       "stops renewing (host down) holds the key this long at most")
@@ -328,6 +342,19 @@ void add_run_command(CLI::App& app, const GlobalOptions& global, int& exit_code)
                   "page (default: the command's name; with -c, the string's first word). Unlike acquire's "
                   "--owner, it never makes two runs one owner, which would let both in at once by re-entry")
       ->type_name("NAME");
+  run->add_option("--key", options->more_keys,
+                  "Another key to hold with KEY, as one lock: all are taken, in sorted order, or none "
+                  "(dlock run A B -- CMD is dlock run --key B A -- CMD)")
+      ->type_name("KEY");
+  auto* shared = run->add_flag("--shared", options->shared,
+                               "Hold the key shared, as a reader: with other readers, never with a writer "
+                               "(a run without --shared); new readers wait while a writer waits");
+  run->add_option("--permits", options->permits,
+                  "Hold one of N permits of a semaphore: at most N runs hold the key at once (every run "
+                  "of the key must give the same N)")
+      ->type_name("N")
+      ->check(CLI::Range(1u, 1'000'000u))
+      ->excludes(shared);
   run->add_option("KEY", options->key, "The lock's key")->required();
   run->add_option("COMMAND", options->command,
                   "The command and its arguments: the first word after KEY starts it, as with flock; "

@@ -173,7 +173,7 @@ std::string without_password(std::string_view var, bool password_given) {
 
 }  // namespace
 
-ExecPlan::ExecPlan(std::string program, std::vector<std::string>& command, const Lease& lease,
+ExecPlan::ExecPlan(std::string program, std::vector<std::string>& command, const MultiLease& locks,
                    std::vector<int> inherited, bool password_given)
     : path(std::move(program)), inherited_fds(std::move(inherited)) {
   for (auto& arg : command) argv.push_back(arg.data());
@@ -183,15 +183,26 @@ ExecPlan::ExecPlan(std::string program, std::vector<std::string>& command, const
   shell_argv.insert(shell_argv.end(), argv.begin() + 1, argv.end());
   for (char** entry = environ; *entry != nullptr; ++entry) {
     const std::string_view var = *entry;
-    if (var.starts_with("DLOCK_KEY=") || var.starts_with("DLOCK_OWNER=") ||
-        var.starts_with("DLOCK_FENCING_TOKEN=") || var.starts_with("DLOCK_PASSWORD=")) {
+    if (var.starts_with("DLOCK_KEY=") || var.starts_with("DLOCK_OWNER=") || var.starts_with("DLOCK_FENCING_TOKEN=") ||
+        var.starts_with("DLOCK_KEYS=") || var.starts_with("DLOCK_FENCING_TOKENS=") ||
+        var.starts_with("DLOCK_PASSWORD=")) {
       continue;
     }
     env.push_back(var.starts_with("DLOCK_URL=") ? without_password(var, password_given) : std::string(var));
   }
-  env.push_back("DLOCK_KEY=" + lease.key());
-  env.push_back("DLOCK_OWNER=" + lease.owner());
-  env.push_back("DLOCK_FENCING_TOKEN=" + std::to_string(lease.token()));
+  const Lease& first = locks.leases().front();
+  env.push_back("DLOCK_KEY=" + first.key());
+  env.push_back("DLOCK_OWNER=" + first.owner());
+  env.push_back("DLOCK_FENCING_TOKEN=" + std::to_string(first.token()));
+  // Every key and its token, one per line in the same order (keys hold no newline).
+  std::string keys = "DLOCK_KEYS=", tokens = "DLOCK_FENCING_TOKENS=";
+  for (const Lease& lease : locks.leases()) {
+    const bool more = &lease != &locks.leases().back();
+    keys += lease.key() + (more ? "\n" : "");
+    tokens += std::to_string(lease.token()) + (more ? "\n" : "");
+  }
+  env.push_back(std::move(keys));
+  env.push_back(std::move(tokens));
   for (auto& var : env) envp.push_back(var.data());
   envp.push_back(nullptr);
 }

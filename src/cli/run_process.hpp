@@ -44,10 +44,12 @@ struct ExecPlan {
   // other descriptor of dlock's (its store's sockets, its pipes) is closed in the child.
   std::vector<int> inherited_fds;
 
-  // The command's environment is dlock's, with the lock's DLOCK_* variables and without the
-  // store's secret: DLOCK_PASSWORD is dropped and DLOCK_URL loses its password. With
-  // `password_given` (from a file or DLOCK_PASSWORD) a lone userinfo in DLOCK_URL is a user name.
-  ExecPlan(std::string program, std::vector<std::string>& command, const Lease& lease, std::vector<int> inherited,
+  // The command's environment is dlock's, with the locks' DLOCK_* variables (DLOCK_KEY,
+  // DLOCK_OWNER and DLOCK_FENCING_TOKEN of the first key; DLOCK_KEYS and DLOCK_FENCING_TOKENS,
+  // every key and token a line each) and without the store's secret: DLOCK_PASSWORD is dropped
+  // and DLOCK_URL loses its password. With `password_given` (from a file or DLOCK_PASSWORD) a
+  // lone userinfo in DLOCK_URL is a user name.
+  ExecPlan(std::string program, std::vector<std::string>& command, const MultiLease& locks, std::vector<int> inherited,
            bool password_given);
   ExecPlan(const ExecPlan&) = delete;  // the pointers point into its own strings
   ExecPlan& operator=(const ExecPlan&) = delete;

@@ -158,6 +158,18 @@ const Lease& MultiLease::lease(std::string_view key) const {
   return *it;
 }
 
+std::chrono::steady_clock::time_point MultiLease::valid_until() const noexcept {
+  auto earliest = std::chrono::steady_clock::time_point::max();
+  for (const Lease& lease : leases_) earliest = std::min(earliest, lease.valid_until());
+  return leases_.empty() ? std::chrono::steady_clock::time_point{} : earliest;
+}
+
+std::chrono::milliseconds MultiLease::ttl() const noexcept {
+  auto shortest = std::chrono::milliseconds::max();
+  for (const Lease& lease : leases_) shortest = std::min(shortest, lease.ttl());
+  return leases_.empty() ? std::chrono::milliseconds(0) : shortest;
+}
+
 bool MultiLease::lost() const noexcept {
   return std::any_of(leases_.begin(), leases_.end(), [](const Lease& lease) { return lease.lost(); });
 }
@@ -195,6 +207,11 @@ void MultiLease::renew(std::optional<std::chrono::milliseconds> ttl) {
 }
 
 void MultiLease::release() { release_all(true); }
+
+void MultiLease::detach() noexcept {
+  for (Lease& lease : leases_) lease.detach();
+  leases_.clear();
+}
 
 void MultiLease::release_all(bool rethrow) {
   std::exception_ptr first;
