@@ -18,7 +18,8 @@ if(DLOCK_BUILD_CLI)
     src/cli/acquire_keeper.cpp
     src/cli/audit_log.cpp
     src/cli/serve_command.cpp
-    src/cli/bench_command.cpp)
+    src/cli/bench_command.cpp
+    src/cli/bench_workers.cpp)
   set_target_properties(dlock_cli PROPERTIES OUTPUT_NAME dlock)
   target_compile_definitions(dlock_cli PRIVATE DLOCK_VERSION="${PROJECT_VERSION}" $<$<BOOL:${DLOCK_WITH_MYSQL}>:DLOCK_WITH_MYSQL=1>)
   target_link_libraries(dlock_cli PRIVATE dlock_internal fmt::fmt-header-only CLI11::CLI11 nlohmann_json::nlohmann_json
