@@ -213,6 +213,18 @@ int finish(Workers& workers, Shared& s, const Client& client, const BenchArgs& a
   if (p50 && timeline->ping_p50_ns > 0) {
     j["p50_over_ping"] = round_to(static_cast<double>(*p50) / static_cast<double>(timeline->ping_p50_ns), 2);
   }
+  if (a.keys > 1) {
+    j["keys"] = a.keys;
+    j["one_by_one"] = a.one_by_one;
+  }
+  if (a.readers > 0) {
+    // Readers' and writers' measured ops apart: clients 0..readers-1 read.
+    std::uint64_t reads = 0;
+    for (int i = 0; i < a.readers; ++i) reads += results[static_cast<std::size_t>(i)].latency.count();
+    j["readers"] = a.readers;
+    j["reads_per_s"] = round_to(static_cast<double>(reads) / timeline->measured_s, 1);
+    j["writes_per_s"] = round_to(static_cast<double>(ops - reads) / timeline->measured_s, 1);
+  }
   if (a.workload == Workload::contended) {
     j["lost_updates"] = static_cast<std::int64_t>(acquisitions - s.contended.counter.load());
     j["overlaps"] = s.contended.overlaps.load();
@@ -259,6 +271,9 @@ struct Flags {
   std::optional<std::chrono::milliseconds> ttl;
   bool threads = false;
   std::string key_prefix;
+  int keys = 1;
+  bool one_by_one = false;
+  int readers = 0;
 };
 
 int usage_error(const std::string& message) {
@@ -279,6 +294,18 @@ int run_from_flags(const GlobalOptions& global, const Flags& f, bool clients_giv
   a.hold = f.hold.value_or(a.workload == Workload::contended ? 1ms : 0ms);
   a.threads = f.threads;
   a.key_prefix = f.key_prefix.empty() ? fmt::format("dlock-bench/{}/", ::getpid()) : f.key_prefix;
+  a.keys = f.keys;
+  a.one_by_one = f.one_by_one;
+  a.readers = f.readers;
+  if (a.workload == Workload::ping && (a.keys > 1 || a.readers > 0)) {
+    return usage_error("--keys and --readers do not apply to --workload ping (it takes no lock)");
+  }
+  if (a.one_by_one && a.keys < 2) return usage_error("--one-by-one needs --keys 2 or more");
+  if (a.readers > 0 && (a.workload != Workload::contended || a.keys > 1 || a.readers >= a.clients)) {
+    return usage_error(fmt::format(
+        "--readers {} needs --workload contended, one key, and at least one writer among the --clients ({})",
+        a.readers, a.clients));
+  }
 
   if (a.workload == Workload::ping && (f.hold || f.ttl)) {
     return usage_error("--hold and --ttl do not apply to --workload ping (it takes no lock)");
@@ -331,6 +358,14 @@ void add_bench_command(CLI::App& app, const GlobalOptions& global, int& exit_cod
   cmd->add_flag("--threads", flags->threads,
                 "run the clients as threads sharing one Client (required for local://)");
   cmd->add_option("--key-prefix", flags->key_prefix, "prefix of the keys locked (default dlock-bench/PID/)");
+  cmd->add_option("--keys", flags->keys, "keys each cycle locks, as one multi-key lock (default 1)")
+      ->check(CLI::Range(1, 64));
+  cmd->add_flag("--one-by-one", flags->one_by_one,
+                "with --keys: lock them as separate mutexes one after another, the multi-key lock's yardstick");
+  cmd->add_option("--readers", flags->readers,
+                  "contended: this many of the clients take the key shared (a read-write lock's readers), "
+                  "the others exclusive")
+      ->check(CLI::Range(0, kMaxClients));
   cmd->callback([flags, &global, &exit_code, clients] {
     exit_code = run_from_flags(global, *flags, clients->count() > 0);
   });

@@ -31,6 +31,7 @@ struct ContendedState {
   std::atomic<std::uint64_t> counter{0};
   std::atomic<std::uint64_t> t_release_ns{0};
   std::atomic<std::uint32_t> inside{0};
+  std::atomic<std::uint32_t> readers_inside{0};  // holders of a shared lock (dlock bench --readers)
   std::atomic<std::uint64_t> overlaps{0};
 };
 
@@ -51,7 +52,7 @@ void run_cycle(Lock& lock, std::chrono::milliseconds hold, ContendedState* share
     return;
   }
   ContendedState& s = *shared;
-  if (s.inside.fetch_add(1) != 0) s.overlaps.fetch_add(1);
+  if (s.inside.fetch_add(1) != 0 || s.readers_inside.load() != 0) s.overlaps.fetch_add(1);
   const std::uint64_t previous_release = s.t_release_ns.load();
   const std::uint64_t value = s.counter.load();
   if (hold.count() > 0) std::this_thread::sleep_for(hold);
@@ -64,6 +65,21 @@ void run_cycle(Lock& lock, std::chrono::milliseconds hold, ContendedState* share
     // 0: nobody released before us. min(): an overlapping holder may have written it later.
     if (previous_release != 0) handoff.add(t_locked - std::min(previous_release, t_locked));
   }
+}
+
+// A reader's cycle of the contended workload: lock_shared() and unlock_shared(); `record` gets
+// the wait. Readers overlap each other, never a writer (run_cycle), which the overlaps count.
+template <class Lock, class Record>
+void run_read_cycle(Lock& lock, std::chrono::milliseconds hold, ContendedState& s, bool measured, Record&& record) {
+  const std::uint64_t t0 = mono_ns();
+  lock.lock_shared();
+  const std::uint64_t t_locked = mono_ns();
+  s.readers_inside.fetch_add(1);
+  if (s.inside.load() != 0) s.overlaps.fetch_add(1);
+  if (hold.count() > 0) std::this_thread::sleep_for(hold);
+  s.readers_inside.fetch_sub(1);
+  lock.unlock_shared();
+  if (measured) record(t_locked - t0);
 }
 
 }  // namespace dlock::cli

@@ -36,6 +36,18 @@ void wait_for_start(Shared& s) {
   while (s.phase.load() == kStarting) std::this_thread::sleep_for(2ms);
 }
 
+// Several mutexes taken one after another in the order given, released in reverse: the
+// yardstick of a multi-key lock (and, with one mutex, the plain workloads' lock).
+struct InSequence {
+  std::vector<Mutex> mutexes;
+  void lock() {
+    for (Mutex& m : mutexes) m.lock();
+  }
+  void unlock() {
+    for (auto it = mutexes.rbegin(); it != mutexes.rend(); ++it) it->unlock();
+  }
+};
+
 // One client's loop. An op is measured when the phase was "measure" as it began.
 WorkerResult run_worker(const Client& client, const BenchArgs& a, Shared& s, int index) {
   WorkerResult r;
@@ -59,15 +71,45 @@ WorkerResult run_worker(const Client& client, const BenchArgs& a, Shared& s, int
   // 1 ms hold last 1.05 ms and charges the harness's oversleep to every backend's throughput.
   prctl(PR_SET_TIMERSLACK, 1000UL);  // 1 µs
   // An explicit TTL: no auto-renewal, as in the other implementations measured beside dlock.
-  Mutex mutex = client.mutex(key_for(a, index), LockOptions{.ttl = a.ttl});
-  mutex.on_lost([&s](const LossInfo&) { s.leases_lost.fetch_add(1); });
-  const std::chrono::milliseconds hold = a.hold;
-  wait_for_start(s);
+  const LockOptions options{.ttl = a.ttl};
+  const std::string key = key_for(a, index);
+  const auto on_lost = [&s](const LossInfo&) { s.leases_lost.fetch_add(1); };
   ContendedState* contended = a.workload == Workload::contended ? &s.contended : nullptr;
-  for (std::uint32_t phase; (phase = s.phase.load()) != kStop;) {
-    run_cycle(mutex, hold, contended, phase == kMeasure, record, r.handoff);
+  const auto loop = [&](auto& lock, auto&& cycle) {
+    wait_for_start(s);
+    for (std::uint32_t phase; (phase = s.phase.load()) != kStop;) cycle(lock, phase == kMeasure);
+  };
+  const auto exclusive = [&](auto& lock, bool measured) {
+    run_cycle(lock, a.hold, contended, measured, record, r.handoff);
     ++r.acquisitions;
+  };
+  if (a.readers > 0) {
+    SharedMutex lock = client.shared_mutex(key, options);
+    lock.on_lost(on_lost);
+    if (index < a.readers) {
+      loop(lock, [&](SharedMutex& m, bool measured) { run_read_cycle(m, a.hold, s.contended, measured, record); });
+    } else {
+      loop(lock, exclusive);
+    }
+    return r;
   }
+  std::vector<std::string> keys{key};
+  if (a.keys > 1) {
+    keys.clear();
+    for (int k = 0; k < a.keys; ++k) keys.push_back(fmt::format("{}/{}", key, k));
+  }
+  if (a.keys > 1 && !a.one_by_one) {
+    MultiMutex lock = client.multi_mutex(keys, options);
+    lock.on_lost(on_lost);
+    loop(lock, exclusive);
+    return r;
+  }
+  InSequence lock;
+  for (const auto& k : keys) {
+    lock.mutexes.push_back(client.mutex(k, options));
+    lock.mutexes.back().on_lost(on_lost);
+  }
+  loop(lock, exclusive);
   return r;
 }
 

@@ -30,6 +30,9 @@ struct BenchArgs {
   std::chrono::milliseconds ttl = kDefaultTtl;
   bool threads = false;
   std::string key_prefix;
+  int keys = 1;             // --keys: each cycle locks this many keys of the client's
+  bool one_by_one = false;  // --one-by-one: as separate mutexes in sequence, not one multi-key lock
+  int readers = 0;          // --readers: clients 0..readers-1 take the key shared (contended)
 };
 
 enum Phase : std::uint32_t { kStarting, kWarmup, kMeasure, kStop };
