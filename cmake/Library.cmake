@@ -42,6 +42,7 @@ add_library(dlock_objects OBJECT
   src/core/client_state.cpp
   src/core/mutex.cpp
   src/core/multi_lock.cpp
+  src/core/lease_sets.cpp
   src/core/key_template.cpp
   src/core/duration.cpp
   src/core/errors.cpp

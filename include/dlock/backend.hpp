@@ -57,6 +57,7 @@
 #include <functional>
 #include <memory>
 #include <optional>
+#include <span>
 #include <string>
 #include <string_view>
 #include <variant>
@@ -112,6 +113,15 @@ struct Busy {
 };
 
 using AcquireResult = std::variant<Acquired, Busy>;
+
+// A set's first busy request (Backend::acquire_set): its index and the Busy it got.
+struct SetBusy {
+  std::size_t index = 0;
+  Busy busy;
+};
+
+// One Acquired per request of the set, in order; or SetBusy, and nothing was taken.
+using AcquireSetResult = std::variant<std::vector<Acquired>, SetBusy>;
 
 // Identifies one acquisition. Renew and release match owner *and* token, so a late or
 // retried call can never touch a newer acquisition of the same key.
@@ -224,6 +234,20 @@ class DLOCK_EXPORT Backend {
   // lease was no longer ours (expired, force-released, taken over). The release of a holder
   // evicted with Eviction::delayed frees the key (it acknowledges the loss) and answers nothing.
   virtual std::optional<std::uint32_t> release(const LeaseRef& lease) = 0;
+
+  // Several keys in one request, where the store can (Client::acquire_all): one try-once
+  // attempt at every request (distinct keys, sorted), in one atomic step, all granted or none.
+  // Nothing where the store cannot take this set so; the core then takes the keys one by one.
+  virtual std::optional<AcquireSetResult> acquire_set(std::span<const AcquireRequest> /*requests*/) {
+    return std::nullopt;
+  }
+  // Drops one hold of each lease in one request, where the store can: one release() answer
+  // per lease, in order. Nothing where it cannot (for this set); the core then releases them
+  // one by one.
+  virtual std::optional<std::vector<std::optional<std::uint32_t>>> release_set(
+      std::span<const LeaseRef> /*leases*/) {
+    return std::nullopt;
+  }
 
   // Admin: every live holder of a key (an evicted one included); empty when the key is free.
   virtual std::vector<LockInfo> inspect(std::string_view key) = 0;

@@ -335,11 +335,11 @@ void ClientState::mark_lost(LeaseState& state, LossReason reason, std::string me
   {
     std::lock_guard lock(state.mutex);
     if (state.finished || state.lost.load()) return;
+    activity.lost();  // counted before anyone can see the lease lost
     state.lost.store(true);
     callbacks.swap(state.callbacks);  // dropped after running: no user object outlives the loss
   }
   unschedule(state);
-  activity.lost();
   flush_activity_soon();
   // A holder that registered a callback hears of the loss there; the log is the fallback.
   core::log(callbacks.empty() ? LogLevel::warning : LogLevel::info, "lock lost: " + message);
@@ -461,14 +461,14 @@ void ClientState::drop_hold(const std::shared_ptr<LeaseState>& state) {
   if (it != registry_.end() && (it->second.expired() || it->second.lock() == state)) registry_.erase(it);
 }
 
+LockLostError ClientState::lost_before_release(const LeaseState& state, const std::string& why) const {
+  return LockLostError("lock '" + state.key + "' (token " + std::to_string(state.token) + ") was lost before release: " +
+                           why + "; the critical section may not have been exclusive",
+                       state.key, std::string(backend->name()));
+}
+
 void ClientState::release(Lease& lease) {
   auto& state = *lease.state_;
-  const auto lost_error = [&](const std::string& why) {
-    return LockLostError("lock '" + state.key + "' (token " + std::to_string(state.token) +
-                             ") was lost before release: " + why +
-                             "; the critical section may not have been exclusive",
-                         state.key, std::string(backend->name()));
-  };
   if (state.lost.load()) {
     lease.released_ = true;
     drop_hold(lease.state_);
@@ -479,7 +479,7 @@ void ClientState::release(Lease& lease) {
       backend->release({state.key, state.spec.owner, state.token});
     } catch (const std::exception&) {
     }
-    throw lost_error("it had been reported lost earlier");
+    throw lost_before_release(state, "it had been reported lost earlier");
   }
   std::optional<std::uint32_t> holds_left;
   {
@@ -487,15 +487,21 @@ void ClientState::release(Lease& lease) {
     holds_left = backend->release({state.key, state.spec.owner, state.token});
     if (holds_left == 0u) state.freed = true;
   }
+  if (auto error = settle_release(lease, holds_left)) throw *error;
+}
+
+std::optional<LockLostError> ClientState::settle_release(Lease& lease, std::optional<std::uint32_t> holds_left) {
+  auto& state = *lease.state_;
   lease.released_ = true;
   if (!holds_left) {
     mark_lost(state, LossReason::not_owner,
               "release of '" + state.key + "' found it no longer held by this owner (token " +
                   std::to_string(state.token) + ")");
     drop_hold(lease.state_);
-    throw lost_error("the backend no longer had it (expired, force-released or taken over)");
+    return lost_before_release(state, "the backend no longer had it (expired, force-released or taken over)");
   }
   drop_hold(lease.state_);
+  return std::nullopt;
 }
 
 void ClientState::renew(LeaseState& state, std::chrono::milliseconds ttl) {

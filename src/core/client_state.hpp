@@ -90,6 +90,19 @@ struct ClientState : std::enable_shared_from_this<ClientState> {
                         SteadyClock::time_point deadline);
 
   void release(Lease& lease);
+
+  // One try-once attempt at several keys in one request (Backend::acquire_set): every lease,
+  // in the keys' order, or the index of the first busy key and its holders, nothing taken.
+  // Nothing when the backend cannot take this set in one request. lease_sets.cpp.
+  struct SetAttempt {
+    std::vector<Lease> leases;
+    std::optional<std::size_t> busy;
+    std::vector<LockInfo> holders;
+  };
+  std::optional<SetAttempt> try_acquire_set(const std::vector<std::string>& keys, const LockOptions& options);
+  // Releases every lease, in one request where the backend can (Backend::release_set), else one
+  // by one from the last. Throws the first LockLostError once all are released.
+  void release_set(std::vector<Lease>& leases);
   void renew(LeaseState& state, std::chrono::milliseconds ttl);
   void drop_hold(const std::shared_ptr<LeaseState>& state);
   // Tells the backend where to report what it sees (Backend::watch), once.
@@ -106,6 +119,10 @@ struct ClientState : std::enable_shared_from_this<ClientState> {
 
   Lease make_lease(std::string key, const LockSpec& spec, const backend::Acquired& acquired,
                    SteadyClock::time_point sent);
+  // After the store answered a release of `lease` (under its op_mutex): the bookkeeping, and
+  // the LockLostError to throw when the lease was no longer ours.
+  std::optional<LockLostError> settle_release(Lease& lease, std::optional<std::uint32_t> holds_left);
+  LockLostError lost_before_release(const LeaseState& state, const std::string& why) const;
   std::optional<SteadyClock::time_point> renew_due(const std::shared_ptr<LeaseState>& state);
   std::optional<SteadyClock::time_point> deadline_due(const std::shared_ptr<LeaseState>& state);
   void check_eviction_soon(std::string_view key);

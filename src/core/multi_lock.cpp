@@ -24,6 +24,7 @@ struct MultiLeaseState {
     void operator()() const noexcept { stop.request_stop(); }
   };
 
+  std::shared_ptr<ClientState> client;  // releases the set in one request where it can
   std::mutex mutex;
   std::stop_source stop;
   std::optional<LossInfo> loss;
@@ -43,8 +44,9 @@ struct MultiLeaseState {
   }
 
   // Ties every lease to the set: its stop token and its loss.
-  static MultiLease make(std::vector<Lease> leases) {
+  static MultiLease make(std::shared_ptr<ClientState> client, std::vector<Lease> leases) {
     auto state = std::make_shared<MultiLeaseState>();
+    state->client = std::move(client);
     std::weak_ptr<MultiLeaseState> weak = state;
     for (Lease& lease : leases) {
       state->forwards.push_back(std::make_unique<std::stop_callback<Forward>>(lease.stop_token(), Forward{state->stop}));
@@ -89,8 +91,34 @@ void give_back(std::vector<Lease>& taken) noexcept {
   while (!taken.empty()) taken.pop_back();
 }
 
-MultiAttempt acquire_all_until(ClientState& client, std::vector<std::string> keys, const LockOptions& options,
-                               SteadyClock::time_point deadline) {
+// One pass in one request where the store can (Backend::acquire_set): the keys not yet held,
+// all or none, with the waited one put back in its place. Nothing when the store cannot.
+std::optional<ClientState::SetAttempt> take_set(ClientState& client, const std::vector<std::string>& keys,
+                                                const LockOptions& options,
+                                                std::optional<std::pair<std::string, Lease>>& waited) {
+  std::vector<std::string> wanted;
+  for (const auto& key : keys) {
+    if (!waited || waited->first != key) wanted.push_back(key);
+  }
+  if (wanted.size() < 2) return std::nullopt;
+  auto attempt = client.try_acquire_set(wanted, options);
+  if (!attempt) return attempt;
+  if (attempt->busy) {
+    attempt->busy = static_cast<std::size_t>(std::find(keys.begin(), keys.end(), wanted[*attempt->busy]) - keys.begin());
+    return attempt;
+  }
+  if (waited) {
+    const auto at = std::lower_bound(attempt->leases.begin(), attempt->leases.end(), waited->first,
+                                     [](const Lease& lease, const std::string& key) { return lease.key() < key; });
+    attempt->leases.insert(at, std::move(waited->second));
+    waited.reset();
+  }
+  return attempt;
+}
+
+MultiAttempt acquire_all_until(const std::shared_ptr<ClientState>& shared_client, std::vector<std::string> keys,
+                               const LockOptions& options, SteadyClock::time_point deadline) {
+  ClientState& client = *shared_client;
   keys = canonical(client, std::move(keys), options);
   // The key this call last waited for, taken by that wait: the next pass starts with it held.
   std::optional<std::pair<std::string, Lease>> waited;
@@ -99,7 +127,13 @@ MultiAttempt acquire_all_until(ClientState& client, std::vector<std::string> key
     taken.reserve(keys.size());
     std::optional<Attempt> busy;
     std::string busy_key;
+    if (auto set = take_set(client, keys, options, waited)) {
+      if (!set->busy) return MultiAttempt(MultiLeaseState::make(shared_client, std::move(set->leases)));
+      busy.emplace(std::move(set->holders));
+      busy_key = keys[*set->busy];
+    }
     for (const auto& key : keys) {
+      if (busy) break;  // the set's one request found it busy
       if (waited && waited->first == key) {
         taken.push_back(std::move(waited->second));
         waited.reset();
@@ -113,7 +147,7 @@ MultiAttempt acquire_all_until(ClientState& client, std::vector<std::string> key
       }
       taken.push_back(std::move(attempt.lease()));
     }
-    if (!busy) return MultiAttempt(MultiLeaseState::make(std::move(taken)));
+    if (!busy) return MultiAttempt(MultiLeaseState::make(shared_client, std::move(taken)));
     give_back(taken);
     waited.reset();
     if (SteadyClock::now() >= deadline) return MultiAttempt(std::move(busy_key), busy->holders());
@@ -215,6 +249,15 @@ void MultiLease::detach() noexcept {
 
 void MultiLease::release_all(bool rethrow) {
   std::exception_ptr first;
+  if (leases_.size() > 1 && state_ && state_->client) {
+    try {
+      state_->client->release_set(leases_);
+    } catch (const std::exception& e) {
+      first = std::current_exception();
+      if (!rethrow) core::log(LogLevel::warning, std::string("release of a multi-key lock failed: ") + e.what());
+    }
+  }
+  // What release_set left (a store error): one by one.
   while (!leases_.empty()) {
     try {
       leases_.back().release();
@@ -260,7 +303,7 @@ bool MultiMutex::try_lock_for_steady(std::chrono::steady_clock::duration timeout
 bool MultiMutex::try_lock_until_steady(std::chrono::steady_clock::time_point deadline) {
   require_state(state_);
   const std::string owner = state_->current_owner();
-  MultiAttempt attempt = detail::acquire_all_until(*state_->client, state_->keys, state_->options, deadline);
+  MultiAttempt attempt = detail::acquire_all_until(state_->client, state_->keys, state_->options, deadline);
   if (!attempt) {
     std::lock_guard lock(state_->mutex);
     state_->last_failures[owner] = {attempt.busy_key(), attempt.holders()};
@@ -322,22 +365,22 @@ MultiMutex Client::multi_mutex(std::vector<std::string> keys, LockOptions option
 }
 
 MultiLease Client::acquire_all(std::vector<std::string> keys, const LockOptions& options) const {
-  auto attempt = detail::acquire_all_until(*state_, std::move(keys), options, std::chrono::steady_clock::time_point::max());
+  auto attempt = detail::acquire_all_until(state_, std::move(keys), options, std::chrono::steady_clock::time_point::max());
   return std::move(attempt.lease());
 }
 
 MultiAttempt Client::try_acquire_all(std::vector<std::string> keys, const LockOptions& options) const {
-  return detail::acquire_all_until(*state_, std::move(keys), options, std::chrono::steady_clock::now());
+  return detail::acquire_all_until(state_, std::move(keys), options, std::chrono::steady_clock::now());
 }
 
 MultiAttempt Client::try_acquire_all_for(std::vector<std::string> keys, std::chrono::steady_clock::duration timeout,
                                          const LockOptions& options) const {
-  return detail::acquire_all_until(*state_, std::move(keys), options, detail::deadline_after(timeout));
+  return detail::acquire_all_until(state_, std::move(keys), options, detail::deadline_after(timeout));
 }
 
 MultiAttempt Client::try_acquire_all_until(std::vector<std::string> keys, std::chrono::steady_clock::time_point deadline,
                                            const LockOptions& options) const {
-  return detail::acquire_all_until(*state_, std::move(keys), options, deadline);
+  return detail::acquire_all_until(state_, std::move(keys), options, deadline);
 }
 
 }  // namespace dlock

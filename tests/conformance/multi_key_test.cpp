@@ -254,6 +254,51 @@ TEST_P(MultiKey, StdUniqueLockAndTimedTryLock) {
   EXPECT_TRUE(retry.owns_lock());
 }
 
+// Backend::acquire_set and release_set, where a store offers them: one attempt at the whole
+// set, all or none, seen from outside through inspect().
+TEST_P(MultiKey, ASetInOneRequestIsAllOrNothing) {
+  auto backend = open_backend();
+  const std::string a = prepared(key("a")), b = prepared(key("b")), c = prepared(key("c"));
+  const std::string me = "set-owner-" + run_id(), other = "other-owner-" + run_id();
+  const auto request = [&](const std::string& k, const std::string& owner) {
+    return backend::AcquireRequest{k, owner, std::chrono::milliseconds(10'000)};
+  };
+  const std::vector<backend::AcquireRequest> set{request(a, me), request(b, me), request(c, me)};
+  auto blocker = backend->acquire(request(b, other));
+  ASSERT_TRUE(std::holds_alternative<backend::Acquired>(blocker));
+  const auto busy = backend->acquire_set(set);
+  if (!busy) GTEST_SKIP() << GetParam().name << " takes a set one key at a time";
+  const auto* refused = std::get_if<backend::SetBusy>(&*busy);
+  ASSERT_NE(refused, nullptr) << "a set with a busy key was granted";
+  EXPECT_EQ(refused->index, 1u);
+  ASSERT_EQ(refused->busy.holders.size(), 1u);
+  EXPECT_EQ(refused->busy.holders[0].owner, other);
+  EXPECT_TRUE(backend->inspect(a).empty()) << "the set kept a key it took before the busy one";
+  EXPECT_TRUE(backend->inspect(c).empty());
+
+  ASSERT_EQ(backend->release({b, other, std::get<backend::Acquired>(blocker).token}), 0u);
+  const auto granted = backend->acquire_set(set);
+  ASSERT_TRUE(granted);
+  const auto* leases = std::get_if<std::vector<backend::Acquired>>(&*granted);
+  ASSERT_NE(leases, nullptr) << "a free set was refused";
+  ASSERT_EQ(leases->size(), 3u);
+  std::vector<backend::LeaseRef> refs;
+  for (std::size_t i = 0; i < set.size(); ++i) {
+    const auto holders = backend->inspect(set[i].key);
+    ASSERT_EQ(holders.size(), 1u);
+    EXPECT_EQ(holders[0].owner, me);
+    EXPECT_EQ(holders[0].token, (*leases)[i].token);
+    refs.push_back({set[i].key, me, (*leases)[i].token});
+  }
+  const auto released = backend->release_set(refs);
+  if (released) {
+    EXPECT_EQ(*released, (std::vector<std::optional<std::uint32_t>>{0u, 0u, 0u}));
+  } else {
+    for (const auto& ref : refs) EXPECT_EQ(backend->release(ref), 0u);
+  }
+  for (const auto& k : {a, b, c}) EXPECT_TRUE(backend->inspect(k).empty()) << k;
+}
+
 TEST_P(MultiKey, BadInputBeforeAnyRoundTrip) {
   Client client = open();
   Client other = open();

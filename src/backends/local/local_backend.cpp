@@ -134,7 +134,39 @@ class LocalBackend final : public backend::Backend, public backend::ActivityLedg
 
   backend::AcquireResult acquire(const backend::AcquireRequest& r) override {
     std::lock_guard lock(store_->mutex);
+    return acquire_locked(r, Clock::now());
+  }
+
+  // The whole set under the store's mutex: a busy key undoes what the set took before it.
+  std::optional<backend::AcquireSetResult> acquire_set(std::span<const backend::AcquireRequest> requests) override {
+    std::lock_guard lock(store_->mutex);
     const auto now = Clock::now();
+    std::vector<backend::Acquired> taken;
+    for (std::size_t i = 0; i < requests.size(); ++i) {
+      auto result = acquire_locked(requests[i], now);
+      if (auto* busy = std::get_if<backend::Busy>(&result)) {
+        for (std::size_t j = taken.size(); j-- > 0;) {
+          release_locked({requests[j].key, requests[j].owner, taken[j].token}, now, /*ring=*/false);
+        }
+        return backend::SetBusy{i, std::move(*busy)};
+      }
+      taken.push_back(std::get<backend::Acquired>(result));
+    }
+    return taken;
+  }
+
+  std::optional<std::vector<std::optional<std::uint32_t>>> release_set(
+      std::span<const backend::LeaseRef> leases) override {
+    std::lock_guard lock(store_->mutex);
+    const auto now = Clock::now();
+    std::vector<std::optional<std::uint32_t>> left;
+    for (const auto& lease : leases) left.push_back(release_locked(lease, now, /*ring=*/true));
+    return left;
+  }
+
+ private:
+  // Caller holds the store's mutex.
+  backend::AcquireResult acquire_locked(const backend::AcquireRequest& r, Clock::time_point now) {
     auto [it, inserted] = store_->keys.try_emplace(std::string(r.key));
     KeyState& state = it->second;
     Store::prune(state, now);
@@ -176,6 +208,23 @@ class LocalBackend final : public backend::Backend, public backend::ActivityLedg
     return backend::Acquired{holders.back().token, 1};
   }
 
+  // Caller holds the store's mutex. `ring`: wake a waiter when a hold ends (not when a set
+  // undoes its own take, which no one saw).
+  std::optional<std::uint32_t> release_locked(const backend::LeaseRef& lease, Clock::time_point now, bool ring) {
+    Entry* e = find_live(lease, now);
+    if (!e) return std::nullopt;
+    std::optional<std::uint32_t> left;
+    if (!e->evicted) {  // an evicted holder's release acknowledges its loss: its hold ends
+      left = --e->holds;
+      if (*left > 0) return left;
+    }
+    auto& holders = store_->keys.find(lease.key)->second.holders;
+    holders.erase(holders.begin() + (e - holders.data()));
+    if (ring) store_->ring(lease.key);
+    return left;
+  }
+
+ public:
   bool renew(const backend::LeaseRef& lease, std::chrono::milliseconds ttl) override {
     std::lock_guard lock(store_->mutex);
     const auto now = Clock::now();
@@ -187,18 +236,7 @@ class LocalBackend final : public backend::Backend, public backend::ActivityLedg
 
   std::optional<std::uint32_t> release(const backend::LeaseRef& lease) override {
     std::lock_guard lock(store_->mutex);
-    const auto now = Clock::now();
-    Entry* e = find_live(lease, now);
-    if (!e) return std::nullopt;
-    std::optional<std::uint32_t> left;
-    if (!e->evicted) {  // an evicted holder's release acknowledges its loss: its hold ends
-      left = --e->holds;
-      if (*left > 0) return left;
-    }
-    auto& holders = store_->keys.find(lease.key)->second.holders;
-    holders.erase(holders.begin() + (e - holders.data()));
-    store_->ring(lease.key);
-    return left;
+    return release_locked(lease, Clock::now(), /*ring=*/true);
   }
 
   std::vector<LockInfo> inspect(std::string_view key) override {

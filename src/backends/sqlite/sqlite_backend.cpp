@@ -102,17 +102,57 @@ class SqliteBackend final : public backend::Backend, public backend::ActivityLed
     auto result = acquire_exclusive(*connection, request);
     auto* busy = std::get_if<backend::Busy>(&result);
     if (!busy) return result;
-    if (busy->holders.front().owner == kSharedOwner) {
-      ensure_table(*connection, shared_tables_ready_, kSharedSchema);
-      busy->holders = sqlite::shared_holders(*connection, request.key);
-      for (const auto& holder : busy->holders) busy->retry_within = std::min(busy->retry_within, holder.ttl_left);
-    }
+    name_shared_holders(*connection, request.key, *busy);
     if (request.waiting) {
       ensure_table(*connection, shared_tables_ready_, kSharedSchema);
       sqlite::place_writer_claim(*connection, request.key);
       busy->retry_within = std::min(busy->retry_within, std::chrono::milliseconds(backend::kWriterClaim / 2));
     }
     return result;
+  }
+
+  // Exclusive sets in one transaction: every acquire statement, committed only when all took
+  // their key. Shared requests go one by one (each is a transaction of its own).
+  std::optional<backend::AcquireSetResult> acquire_set(std::span<const backend::AcquireRequest> requests) override {
+    const auto shared = [](const backend::AcquireRequest& r) { return r.mode == LockMode::shared; };
+    if (std::any_of(requests.begin(), requests.end(), shared)) return std::nullopt;
+    Borrowed connection(*this);
+    connection->exec("BEGIN IMMEDIATE");
+    std::vector<backend::Acquired> taken;
+    for (std::size_t i = 0; i < requests.size(); ++i) {
+      auto result = acquire_exclusive(*connection, requests[i]);
+      if (auto* busy = std::get_if<backend::Busy>(&result)) {
+        connection->exec("ROLLBACK");
+        name_shared_holders(*connection, requests[i].key, *busy);
+        return backend::SetBusy{i, std::move(*busy)};
+      }
+      taken.push_back(std::get<backend::Acquired>(result));
+    }
+    connection->exec("COMMIT");
+    return taken;
+  }
+
+  // One transaction of release statements; a lease that is not a plain live hold (evicted,
+  // shared, gone) sends the set back to one-by-one releases.
+  std::optional<std::vector<std::optional<std::uint32_t>>> release_set(
+      std::span<const backend::LeaseRef> leases) override {
+    std::vector<std::optional<std::uint32_t>> left;
+    {
+      Borrowed connection(*this);
+      connection->exec("BEGIN IMMEDIATE");
+      for (const auto& lease : leases) {
+        LeaseQuery query(*connection, kRelease, lease);
+        if (!query.one_row([&] { left.push_back(static_cast<std::uint32_t>(query.int64(0))); })) {
+          connection->exec("ROLLBACK");
+          return std::nullopt;
+        }
+      }
+      connection->exec("COMMIT");
+    }
+    for (std::size_t i = 0; i < leases.size(); ++i) {
+      if (left[i] == 0u) board_->ring(leases[i].key);  // committed: the key is free
+    }
+    return left;
   }
 
   bool renew(const backend::LeaseRef& lease, std::chrono::milliseconds ttl) override {
@@ -167,6 +207,14 @@ class SqliteBackend final : public backend::Backend, public backend::ActivityLed
   }
 
  private:
+  // A Busy whose holder is the marker of shared holds names the shared holders instead.
+  void name_shared_holders(Connection& connection, std::string_view key, backend::Busy& busy) {
+    if (busy.holders.front().owner != kSharedOwner) return;
+    ensure_table(connection, shared_tables_ready_, kSharedSchema);
+    busy.holders = sqlite::shared_holders(connection, key);
+    for (const auto& holder : busy.holders) busy.retry_within = std::min(busy.retry_within, holder.ttl_left);
+  }
+
   backend::AcquireResult acquire_exclusive(Connection& connection, const backend::AcquireRequest& request) {
     Query query(connection, kAcquire, request.key);
     query.bind(1, request.key).bind(2, request.owner).bind(3, ttl_us(request.ttl));
