@@ -25,6 +25,7 @@
 #include "backends/zookeeper/activity.hpp"
 #include "backends/zookeeper/errors.hpp"
 #include "backends/zookeeper/nodes.hpp"
+#include "backends/zookeeper/queue.hpp"
 #include "backends/zookeeper/session.hpp"
 #include "backends/zookeeper/settings.hpp"
 #include "dlock/errors.hpp"
@@ -70,15 +71,6 @@ struct Place {
 };
 
 class ZooKeeperBackend;
-
-// An attempt's view of the key: its own node (if it made one) and the queue.
-struct Look {
-  std::shared_ptr<Session> session;
-  std::string node;  // the caller's own node's path, empty when none
-  Stat stat{};       // of that node
-  std::vector<Child> queue;
-  std::size_t index = 0;  // of the caller's node in the queue
-};
 
 class ZooKeeperBackend final : public backend::Backend {
  public:
@@ -208,7 +200,7 @@ class ZooKeeperBackend final : public backend::Backend {
       check(names.rc(), "inspect", key);
       const auto queue = queue_of(names.value());
       if (queue.empty()) return {};
-      if (auto info = holder(*s, key, queue)) return {std::move(*info)};
+      if (auto info = holder(*s, settings_.root, key, queue)) return {std::move(*info)};
     }
   }
 
@@ -237,7 +229,7 @@ class ZooKeeperBackend final : public backend::Backend {
         check(reply.rc(), "list", keys[i]);
         const auto queue = queue_of(reply.value());
         if (queue.empty()) continue;
-        auto info = holder(*s, keys[i], queue);
+        auto info = holder(*s, settings_.root, keys[i], queue);
         if (!info) continue;  // released meanwhile
         if (page.locks.size() == limit) {
           page.next_after = page.locks.back().key;
@@ -324,66 +316,6 @@ class ZooKeeperBackend final : public backend::Backend {
     return session_;
   }
 
-  // Makes the caller's node and reads the queue, in one round trip.
-  Look enqueue(const backend::AcquireRequest& request) {
-    Look look;
-    look.session = session();
-    Session& s = *look.session;
-    const std::string dir = key_path(request.key);
-    const std::string data = to_data(NodeData{std::string(request.owner), 1, s.timeout()});
-    const std::string tag = owner_tag(request.owner);
-    const std::string attempt_id = attempt_tag();
-    for (int attempt = 0;; ++attempt) {
-      auto made = s.create(dir + "/" + tag + "-" + attempt_id + "-", data, ZOO_EPHEMERAL_SEQUENTIAL);
-      auto names = s.children(dir);
-      const int rc = made.rc();
-      if (rc == ZNONODE && attempt < 3) {
-        names.rc();
-        make_key_node(s, request.key);
-        continue;
-      }
-      if (lost_connection(rc) && attempt < 3 && s.wait_connected(deadline_for(s))) {
-        // The create may have been made: find it by its attempt tag, or make it now.
-        if (found(look, request.key, attempt_id)) return look;
-        continue;
-      }
-      check(rc, "acquire", request.key, Write::yes);
-      look.node = made.value().data;
-      look.stat = made.value().stat;
-      check(names.rc(), "acquire", request.key);
-      look.queue = queue_of(names.value());
-      locate(look);
-      return look;
-    }
-  }
-
-  // The caller's node made by an attempt whose answer was lost, if the ensemble made it.
-  bool found(Look& look, std::string_view key, const std::string& attempt_id) {
-    auto names = look.session->children(key_path(key));
-    if (names.rc() == ZNONODE) return false;
-    check(names.rc(), "acquire", key);
-    look.queue = queue_of(names.value());
-    for (const auto& child : look.queue) {
-      if (child.attempt != attempt_id) continue;
-      look.node = key_path(key) + "/" + child.name;
-      auto stat = look.session->exists(look.node);
-      if (stat.rc() == ZNONODE) return false;
-      check(stat.rc(), "acquire", key);
-      look.stat = stat.value().stat;
-      return locate(look);
-    }
-    return false;
-  }
-
-  // Reads the queue again for a caller whose node exists; false when that node is gone.
-  bool refresh(Look& look, std::string_view key) {
-    auto names = look.session->children(key_path(key));
-    if (names.rc() == ZNONODE) return false;
-    check(names.rc(), "acquire", key);
-    look.queue = queue_of(names.value());
-    return locate(look);
-  }
-
   // The answer to an attempt from its look: Acquired, a re-entry, or Busy. Without a waiting
   // call (`wake` null) the caller's node is removed again unless it holds. Nothing when the
   // attempt must be made again (the queue changed under it).
@@ -451,80 +383,13 @@ class ZooKeeperBackend final : public backend::Backend {
     return backend::Busy{{std::move(info)}, retry};
   }
 
-  // Removes a node the caller no longer wants; if the ensemble cannot be told, the session's
-  // end removes it.
-  void drop(Session& s, const std::string& node, std::string_view key) {
-    if (node.empty()) return;
-    const int rc = remove_surely(s, node, -1).first;
-    if (rc != ZOK && rc != ZNONODE) {
-      throw ConnectionError("could not remove this client's queue node for '" + std::string(key) + "' (" +
-                                zerror(rc) + "); it goes when the session ends",
-                            kName, std::string(key));
-    }
+  std::string key_path(std::string_view key) const { return zookeeper::key_path(settings_.root, key); }
+  Look enqueue(const backend::AcquireRequest& request) {
+    return zookeeper::enqueue(session(), settings_.root, request);
   }
-
-  std::string key_path(std::string_view key) const { return settings_.root + "/" + encode_key(key); }
+  bool refresh(Look& look, std::string_view key) { return zookeeper::refresh(look, settings_.root, key); }
 
  private:
-  // Finds the caller's node in the queue; false when it is not there.
-  static bool locate(Look& look) {
-    const auto slash = look.node.rfind('/');
-    const std::string name = look.node.substr(slash + 1);
-    for (std::size_t i = 0; i < look.queue.size(); ++i) {
-      if (look.queue[i].name == name) {
-        look.index = i;
-        return true;
-      }
-    }
-    return false;
-  }
-
-  // The first node's holder, with the waiters behind it, named in order; nothing when the
-  // holder went meanwhile. One round trip: every read is sent at once.
-  std::optional<LockInfo> holder(Session& s, std::string_view key, const std::vector<Child>& queue) {
-    const std::string dir = key_path(key) + "/";
-    auto reply = s.get(dir + queue.front().name);
-    std::vector<Reply<Node>> waiting;
-    for (std::size_t i = 1; i < queue.size() && waiting.size() < kQueueShown; ++i) {
-      waiting.push_back(s.get(dir + queue[i].name));
-    }
-    if (reply.rc() == ZNONODE) return std::nullopt;
-    check(reply.rc(), "inspect", key);
-    const auto data = from_data(reply.value().data);
-    if (!data) return std::nullopt;
-    LockInfo info = to_info(key, reply.value().stat, *data, queue.size() - 1);
-    info.queue.emplace();
-    for (auto& waiter : waiting) {
-      if (waiter.rc() != ZOK) continue;  // gone meanwhile
-      if (const auto queued = from_data(waiter.value().data)) info.queue->push_back(queued->owner);
-    }
-    return info;
-  }
-
-  static LockInfo to_info(std::string_view key, const Stat& stat, const NodeData& data, std::size_t waiters) {
-    LockInfo info;
-    info.key = std::string(key);
-    info.owner = data.owner;
-    info.token = static_cast<std::uint64_t>(stat.czxid);
-    info.hold_count = data.evicted ? 0 : data.holds;
-    // Held until its holder releases it or its session ends: at most this long after the
-    // holder's last contact with the ensemble.
-    info.ttl_left = data.session_timeout;
-    // ctime is the ensemble's clock when the node was made, read here against this host's.
-    const auto now_ms = std::chrono::duration_cast<milliseconds>(std::chrono::system_clock::now().time_since_epoch());
-    info.held_for = std::max(milliseconds(0), now_ms - milliseconds(stat.ctime));
-    info.waiters = static_cast<std::uint32_t>(waiters);
-    info.evicted = data.evicted;
-    return info;
-  }
-
-  // The key's node: a container, which the ensemble deletes some time after its last child goes.
-  void make_key_node(Session& s, std::string_view key) {
-    make_root(s, settings_.root, key);
-    const int rc = s.create(key_path(key), "", ZOO_CONTAINER).rc();
-    if (rc != ZOK && rc != ZNODEEXISTS) check(rc, "acquire", key);
-  }
-
   // The node of an acquisition: as this client remembers it, or found in the queue (another
   // client of the same owner took it).
   std::optional<Place> find(const std::shared_ptr<Session>& s, const backend::LeaseRef& lease) {
@@ -618,23 +483,6 @@ class ZooKeeperBackend final : public backend::Backend {
     if (events) events->all_lost("its ZooKeeper session expired (the ensemble did not hear from it in time)");
   }
 
-  // How long a request lost with the connection may wait for the session to come back.
-  static std::chrono::steady_clock::time_point deadline_for(const Session& s) {
-    return std::chrono::steady_clock::now() + s.timeout();
-  }
-
-  // Deletes a node, again after a connection loss while the session lives (the ensemble may
-  // have deleted it then: ZNONODE). The answer, and whether the delete was made again.
-  static std::pair<int, bool> remove_surely(Session& s, const std::string& path, int version) {
-    int rc = s.remove(path, version).rc();
-    bool retried = false;
-    for (int attempt = 0; lost_connection(rc) && attempt < 5 && s.wait_connected(deadline_for(s)); ++attempt) {
-      retried = true;
-      rc = s.remove(path, version).rc();
-    }
-    return {rc, retried};
-  }
-
   const Settings settings_;
   ActivityNode activity_{[this] { return session(); }, settings_.root};
   std::mutex mutex_;  // never held while waiting for an answer
@@ -652,7 +500,7 @@ class QueueWaiter final : public backend::Waiter {
   ~QueueWaiter() override {
     if (look_.node.empty()) return;
     try {
-      backend_.drop(*look_.session, look_.node, key_);
+      drop(*look_.session, look_.node, key_);
     } catch (...) {
       // Unreachable: the node goes with the session.
     }
