@@ -62,11 +62,15 @@ Look enqueue(std::shared_ptr<Session> session, const std::string& root, const ba
   look.session = std::move(session);
   Session& s = *look.session;
   const std::string dir = key_path(root, request.key);
-  const std::string data = to_data(NodeData{std::string(request.owner), 1, s.timeout()});
-  const std::string tag = owner_tag(request.owner);
+  look.data = {.owner = std::string(request.owner),
+               .session_timeout = s.timeout(),
+               .mode = request.mode,
+               .permits = request.permits};
+  const std::string data = to_data(look.data);
   const std::string attempt_id = attempt_tag();
+  const std::string prefix = node_prefix(owner_tag(request.owner), attempt_id, request.mode, request.permits);
   for (int attempt = 0;; ++attempt) {
-    auto made = s.create(dir + "/" + tag + "-" + attempt_id + "-", data, ZOO_EPHEMERAL_SEQUENTIAL);
+    auto made = s.create(dir + "/" + prefix, data, ZOO_EPHEMERAL_SEQUENTIAL);
     auto names = s.children(dir);
     const int rc = made.rc();
     if (rc == ZNONODE && attempt < 3) {
@@ -117,25 +121,32 @@ std::pair<int, bool> remove_surely(Session& s, const std::string& path, int vers
   return {rc, retried};
 }
 
-std::optional<LockInfo> holder(Session& s, const std::string& root, std::string_view key,
-                               const std::vector<Child>& queue) {
+std::vector<LockInfo> holders(Session& s, const std::string& root, std::string_view key,
+                              const std::vector<Child>& queue) {
   const std::string dir = key_path(root, key) + "/";
-  auto reply = s.get(dir + queue.front().name);
-  std::vector<Reply<Node>> waiting;
-  for (std::size_t i = 1; i < queue.size() && waiting.size() < kQueueShown; ++i) {
-    waiting.push_back(s.get(dir + queue[i].name));
+  std::vector<Reply<Node>> held, waiting;
+  for (std::size_t i = 0; i < queue.size(); ++i) {
+    if (holds(queue, i)) {
+      held.push_back(s.get(dir + queue[i].name));
+    } else if (waiting.size() < kQueueShown) {
+      waiting.push_back(s.get(dir + queue[i].name));
+    }
   }
-  if (reply.rc() == ZNONODE) return std::nullopt;
-  check(reply.rc(), "inspect", key);
-  const auto data = from_data(reply.value().data);
-  if (!data) return std::nullopt;
-  LockInfo info = to_info(key, reply.value().stat, *data, queue.size() - 1);
-  info.queue.emplace();
+  std::vector<std::string> queued;
   for (auto& waiter : waiting) {
     if (waiter.rc() != ZOK) continue;  // gone meanwhile
-    if (const auto queued = from_data(waiter.value().data)) info.queue->push_back(queued->owner);
+    if (const auto data = from_data(waiter.value().data)) queued.push_back(data->owner);
   }
-  return info;
+  std::vector<LockInfo> infos;
+  for (auto& reply : held) {
+    if (reply.rc() == ZNONODE) continue;
+    check(reply.rc(), "inspect", key);
+    const auto data = from_data(reply.value().data);
+    if (!data) continue;
+    infos.push_back(to_info(key, reply.value().stat, *data, queue.size() - held.size()));
+    infos.back().queue = queued;
+  }
+  return infos;
 }
 
 LockInfo to_info(std::string_view key, const Stat& stat, const NodeData& data, std::size_t waiters) {
@@ -152,6 +163,7 @@ LockInfo to_info(std::string_view key, const Stat& stat, const NodeData& data, s
   info.held_for = std::max(milliseconds(0), now_ms - milliseconds(stat.ctime));
   info.waiters = static_cast<std::uint32_t>(waiters);
   info.evicted = data.evicted;
+  info.mode = data.mode;
   return info;
 }
 

@@ -2,7 +2,7 @@
 
 // A key's queue of nodes, as one client sees it: making the caller's node and reading the queue
 // in one round trip, finding that node again after a lost answer, removing a node, and
-// describing the holders. Needs only a session and the URL's root path (layout: nodes.hpp).
+// describing the holderss. Needs only a session and the URL's root path (layout: nodes.hpp).
 
 #include <chrono>
 #include <cstdint>
@@ -24,6 +24,7 @@ struct Look {
   std::shared_ptr<Session> session;
   std::string node;  // the caller's own node's path, empty when none
   Stat stat{};       // of that node
+  NodeData data;     // as that node was made
   std::vector<Child> queue;
   std::size_t index = 0;  // of the caller's node in the queue
 };
@@ -45,10 +46,10 @@ void drop(Session& s, const std::string& node, std::string_view key);
 // have deleted it then: ZNONODE). The answer, and whether the delete was made again.
 std::pair<int, bool> remove_surely(Session& s, const std::string& path, int version);
 
-// The first node's holder, with the waiters behind it, named in order; nothing when the
-// holder went meanwhile. One round trip: every read is sent at once.
-std::optional<LockInfo> holder(Session& s, const std::string& root, std::string_view key,
-                               const std::vector<Child>& queue);
+// The queue's holders, each with the waiters named in order; those gone meanwhile are left
+// out. One round trip: every read is sent at once.
+std::vector<LockInfo> holders(Session& s, const std::string& root, std::string_view key,
+                              const std::vector<Child>& queue);
 
 LockInfo to_info(std::string_view key, const Stat& stat, const NodeData& data, std::size_t waiters);
 

@@ -14,6 +14,7 @@
 #include <algorithm>
 #include <chrono>
 #include <condition_variable>
+#include <iterator>
 #include <map>
 #include <mutex>
 #include <set>
@@ -49,6 +50,10 @@ struct Signal {
     std::lock_guard lock(mutex);
     return watching.insert(path).second;
   }
+  bool watched(const std::string& path) {
+    std::lock_guard lock(mutex);
+    return watching.count(path) != 0;
+  }
   void fire(const std::string& path, bool deleted) {
     {
       std::lock_guard lock(mutex);
@@ -63,11 +68,10 @@ struct Signal {
 // Where an acquisition's node is, as this client last saw it.
 struct Place {
   std::string path;
-  std::uint32_t holds = 1;
+  NodeData data;  // as last read or written: an evicted one was force-released with a lock delay
   int version = 0;
   bool watched = false;
   bool releasing = false;  // its last release is under way: the node's deletion is ours
-  bool evicted = false;    // force-released with a lock delay, as found in the queue
 };
 
 class ZooKeeperBackend;
@@ -85,6 +89,7 @@ class ZooKeeperBackend final : public backend::Backend {
             .records_acquisition_time = true,
             .counts_waiters = true,
             .names_waiters = true,
+            .shared_holders = true,
             .notifies_evictions = true};
   }
 
@@ -126,7 +131,7 @@ class ZooKeeperBackend final : public backend::Backend {
         static_cast<std::uint64_t>(reply.value().stat.czxid) != lease.token) {
       return false;
     }
-    remember(lease, place->path, data->holds, reply.value().stat.version);
+    remember(lease, place->path, *data, reply.value().stat.version);
     return true;
   }
 
@@ -135,7 +140,7 @@ class ZooKeeperBackend final : public backend::Backend {
     auto s = session();
     auto place = find(s, lease);
     if (!place) return std::nullopt;
-    if (place->evicted) {
+    if (place->data.evicted) {
       // The evicted holder's release acknowledges the loss: the key opens, and the answer is
       // that the lease was no longer ours.
       remove_surely(*s, place->path, -1);
@@ -143,7 +148,7 @@ class ZooKeeperBackend final : public backend::Backend {
       return std::nullopt;
     }
     for (int attempt = 0; attempt < 100; ++attempt) {
-      if (place->holds <= 1) {
+      if (place->data.holds <= 1) {
         releasing(lease);
         const auto [rc, retried] = remove_surely(*s, place->path, place->version);
         if (rc == ZOK || (rc == ZNONODE && retried)) {  // gone: by this release, if retried
@@ -156,11 +161,12 @@ class ZooKeeperBackend final : public backend::Backend {
         }
         if (rc != ZBADVERSION) check(rc, "release", lease.key, Write::yes);
       } else {
-        NodeData data{std::string(lease.owner), place->holds - 1, s->timeout()};
+        NodeData data = place->data;
+        --data.holds;
         auto reply = s->set(place->path, to_data(data), place->version);
         const int rc = reply.rc();
         if (rc == ZOK) {
-          remember(lease, place->path, data.holds, reply.value().stat.version);
+          remember(lease, place->path, data, reply.value().stat.version);
           return data.holds;
         }
         if (rc == ZNONODE) {
@@ -181,7 +187,7 @@ class ZooKeeperBackend final : public backend::Backend {
       const auto data = from_data(reply.value().data);
       if (!data || data->owner != lease.owner) return std::nullopt;
       place->version = reply.value().stat.version;
-      place->holds = data->holds;
+      place->data = *data;
       if (data->evicted) {
         s->remove(place->path, -1).rc();
         forget(lease);
@@ -200,7 +206,7 @@ class ZooKeeperBackend final : public backend::Backend {
       check(names.rc(), "inspect", key);
       const auto queue = queue_of(names.value());
       if (queue.empty()) return {};
-      if (auto info = holder(*s, settings_.root, key, queue)) return {std::move(*info)};
+      if (auto infos = holders(*s, settings_.root, key, queue); !infos.empty()) return infos;
     }
   }
 
@@ -219,6 +225,7 @@ class ZooKeeperBackend final : public backend::Backend {
     }
     std::sort(keys.begin(), keys.end());
     constexpr std::size_t kBatch = 64;  // requests in flight at once
+    std::size_t listed = 0;  // keys
     for (std::size_t start = 0; start < keys.size(); start += kBatch) {
       const std::size_t end = std::min(keys.size(), start + kBatch);
       std::vector<Reply<std::vector<std::string>>> queues;
@@ -229,13 +236,14 @@ class ZooKeeperBackend final : public backend::Backend {
         check(reply.rc(), "list", keys[i]);
         const auto queue = queue_of(reply.value());
         if (queue.empty()) continue;
-        auto info = holder(*s, settings_.root, keys[i], queue);
-        if (!info) continue;  // released meanwhile
-        if (page.locks.size() == limit) {
+        auto infos = holders(*s, settings_.root, keys[i], queue);
+        if (infos.empty()) continue;  // released meanwhile
+        if (listed == limit) {
           page.next_after = page.locks.back().key;
           return page;
         }
-        page.locks.push_back(std::move(*info));
+        ++listed;
+        std::move(infos.begin(), infos.end(), std::back_inserter(page.locks));
       }
     }
     return page;
@@ -244,31 +252,44 @@ class ZooKeeperBackend final : public backend::Backend {
   std::vector<LockInfo> force_release(std::string_view key, Eviction eviction,
                                       std::optional<std::uint64_t> token) override {
     auto s = session();
+    const std::string dir = key_path(key) + "/";
     for (int attempt = 0; attempt < 100; ++attempt) {
       auto names = s->children(key_path(key));
       if (names.rc() == ZNONODE) return {};
       check(names.rc(), "force-release", key);
       const auto queue = queue_of(names.value());
-      if (queue.empty()) return {};
-      const std::string path = key_path(key) + "/" + queue.front().name;
-      auto reply = s->get(path);
-      if (reply.rc() == ZNONODE) continue;
-      check(reply.rc(), "force-release", key);
-      const auto data = from_data(reply.value().data);
-      if (!data) continue;
-      LockInfo info = to_info(key, reply.value().stat, *data, queue.size() - 1);
-      if (token && info.token != *token) return {};  // the holder, the first node, has another
-      int rc = ZOK;
-      if (eviction == Eviction::immediate) {
-        rc = s->remove(path, -1).rc();
-      } else if (!data->evicted) {
-        NodeData closed = *data;
-        closed.evicted = true;
-        rc = s->set(path, to_data(closed), reply.value().stat.version).rc();
+      std::vector<std::pair<std::string, Reply<Node>>> held;
+      for (std::size_t i = 0; i < queue.size(); ++i) {
+        if (holds(queue, i)) held.emplace_back(dir + queue[i].name, s->get(dir + queue[i].name));
       }
-      if (rc == ZNONODE || rc == ZBADVERSION) continue;  // it changed hands meanwhile
-      check(rc, "force-release", key);
-      return {std::move(info)};
+      if (held.empty()) return {};
+      std::vector<std::pair<LockInfo, std::optional<Reply<Node>>>> evictions;
+      for (auto& [path, reply] : held) {
+        if (reply.rc() == ZNONODE) continue;
+        check(reply.rc(), "force-release", key);
+        auto data = from_data(reply.value().data);
+        if (!data) continue;
+        LockInfo info = to_info(key, reply.value().stat, *data, queue.size() - held.size());
+        if (token && info.token != *token) continue;
+        std::optional<Reply<Node>> done;
+        if (eviction == Eviction::immediate) {
+          done = s->remove(path, -1);
+        } else if (!data->evicted) {
+          // Unversioned: whatever its hold count is now, the node is this holder's, and an
+          // evicted holder's count is 0.
+          data->evicted = true;
+          done = s->set(path, to_data(*data), -1);
+        }
+        evictions.emplace_back(std::move(info), std::move(done));
+      }
+      std::vector<LockInfo> evicted;
+      for (auto& [info, done] : evictions) {
+        if (done && done->rc() == ZNONODE) continue;  // released first
+        if (done) check(done->rc(), "force-release", key);
+        evicted.push_back(std::move(info));
+      }
+      if (evicted.empty() && !token) continue;  // every holder went meanwhile: the next ones hold now
+      return evicted;
     }
     throw BackendError("'" + std::string(key) + "' kept changing hands during force-release", kName, std::string(key),
                        true);
@@ -322,65 +343,34 @@ class ZooKeeperBackend final : public backend::Backend {
   std::optional<backend::AcquireResult> settle(const backend::AcquireRequest& request, Look& look,
                                                const std::shared_ptr<Signal>& wake) {
     Session& s = *look.session;
-    const std::string dir = key_path(request.key);
-    if (look.index == 0) {
-      const auto token = static_cast<std::uint64_t>(look.stat.czxid);
-      const backend::LeaseRef lease{request.key, request.owner, token};
-      remember(lease, look.node, 1, look.stat.version);
-      arm(s, lease);
-      return backend::Acquired{token, 1, std::nullopt, s.timeout()};
-    }
-    const Child& first = look.queue.front();
-    const std::string first_path = dir + "/" + first.name;
-    // A waiting call watches the two nodes before its own (the holder's read doubles as a
-    // watch when the holder is one of them).
-    std::optional<Reply<Node>> holder_reply;
-    std::vector<std::pair<std::string, Reply<Node>>> watched;
-    for (std::size_t back = 1; wake && back <= std::min<std::size_t>(2, look.index); ++back) {
-      const std::string path = dir + "/" + look.queue[look.index - back].name;
-      if (!wake->watch(path)) continue;
-      auto reply = s.get(path, [wake, path](int type) { wake->fire(path, type == ZOO_DELETED_EVENT); });
-      if (back == look.index) holder_reply = reply;
-      watched.emplace_back(path, std::move(reply));
-    }
-    if (!holder_reply) holder_reply = s.get(first_path);
-    for (auto& [path, reply] : watched) {
-      if (reply.rc() == ZNONODE) wake->fire(path, true);  // gone already: look again at once
-    }
-    const int rc = holder_reply->rc();
-    if (rc == ZNONODE) {
-      if (!wake) {
-        drop(s, look.node, request.key);
-        look.node.clear();
+    const std::string dir = key_path(request.key) + "/";
+    const auto& queue = look.queue;
+    // This owner's holds before its node, which the request re-enters: either mode when asked
+    // shared (a writer may also read), an exclusive one only when asked exclusive (a shared
+    // holder asking exclusive is Busy: no upgrades).
+    const std::string tag = owner_tag(request.owner);
+    std::vector<std::pair<std::string, Reply<Node>>> owned;
+    for (std::size_t i = 0; i < look.index; ++i) {
+      if (queue[i].tag == tag && holds(queue, i) &&
+          (request.mode == LockMode::shared || queue[i].mode == LockMode::exclusive)) {
+        owned.emplace_back(dir + queue[i].name, s.get(dir + queue[i].name));
       }
-      return wake ? std::optional<backend::AcquireResult>(backend::Busy{{}, milliseconds(0)}) : std::nullopt;
     }
-    check(rc, "acquire", request.key);
-    const auto data = from_data(holder_reply->value().data);
-    if (data && first.tag == owner_tag(request.owner) && data->owner == request.owner && !data->evicted) {
-      // A re-entry: the holder is this owner. The caller's own node goes.
-      drop(s, look.node, request.key);
-      look.node.clear();
-      NodeData more = *data;
-      ++more.holds;
-      auto set = s.set(first_path, to_data(more), holder_reply->value().stat.version);
-      if (set.rc() == ZNONODE || set.rc() == ZBADVERSION) return std::nullopt;
-      check(set.rc(), "acquire", request.key, Write::yes);
-      const auto token = static_cast<std::uint64_t>(holder_reply->value().stat.czxid);
-      const backend::LeaseRef lease{request.key, request.owner, token};
-      remember(lease, first_path, more.holds, set.value().stat.version);
-      return backend::Acquired{token, more.holds, std::nullopt, s.timeout()};
+    for (auto& [path, reply] : owned) {
+      if (reply.rc() == ZNONODE) continue;
+      check(reply.rc(), "acquire", request.key);
+      const auto data = from_data(reply.value().data);
+      if (data && data->owner == request.owner && !data->evicted) {
+        return reenter(request, look, path, *data, reply.value().stat);
+      }
     }
-    if (!wake) {
-      drop(s, look.node, request.key);
-      look.node.clear();
-    }
-    if (!data) return backend::Busy{{}, milliseconds(0)};
-    LockInfo info = to_info(request.key, holder_reply->value().stat, *data, look.queue.size() - 1);
-    // Its node goes when it releases or its session ends, and the watch fires; the core's
-    // bound on the wait is only a fallback.
-    const auto retry = std::max(data->session_timeout, milliseconds(1000));
-    return backend::Busy{{std::move(info)}, retry};
+    check_permits(request, queue, look.index);
+    if (!holds(queue, look.index)) return busy(request, look, wake);
+    const auto token = static_cast<std::uint64_t>(look.stat.czxid);
+    const backend::LeaseRef lease{request.key, request.owner, token};
+    remember(lease, look.node, look.data, look.stat.version);
+    arm(s, lease);
+    return backend::Acquired{token, 1, std::nullopt, s.timeout()};
   }
 
   std::string key_path(std::string_view key) const { return zookeeper::key_path(settings_.root, key); }
@@ -390,6 +380,85 @@ class ZooKeeperBackend final : public backend::Backend {
   bool refresh(Look& look, std::string_view key) { return zookeeper::refresh(look, settings_.root, key); }
 
  private:
+  // Re-enters this owner's hold at `path`; the caller's own node goes.
+  std::optional<backend::AcquireResult> reenter(const backend::AcquireRequest& request, Look& look,
+                                                const std::string& path, NodeData data, const Stat& stat) {
+    Session& s = *look.session;
+    drop(s, look.node, request.key);
+    look.node.clear();
+    ++data.holds;
+    auto set = s.set(path, to_data(data), stat.version);
+    if (set.rc() == ZNONODE || set.rc() == ZBADVERSION) return std::nullopt;
+    check(set.rc(), "acquire", request.key, Write::yes);
+    const auto token = static_cast<std::uint64_t>(stat.czxid);
+    remember({request.key, request.owner, token}, path, data, set.value().stat.version);
+    return backend::Acquired{token, data.holds, std::nullopt, s.timeout()};
+  }
+
+  // Busy, naming the holders (all before the caller's node). A waiting call watches the nodes
+  // it awaits; a holder's read doubles as its watch.
+  std::optional<backend::AcquireResult> busy(const backend::AcquireRequest& request, Look& look,
+                                             const std::shared_ptr<Signal>& wake) {
+    Session& s = *look.session;
+    const std::string dir = key_path(request.key) + "/";
+    const auto& queue = look.queue;
+    std::map<std::size_t, Reply<Node>> reads;
+    for (const auto i : wake ? awaited(queue, look.index) : std::vector<std::size_t>()) {
+      const std::string path = dir + queue[i].name;
+      if (!wake->watch(path)) continue;
+      reads.emplace(i, s.get(path, [wake, path](int type) { wake->fire(path, type == ZOO_DELETED_EVENT); }));
+    }
+    std::size_t holders = 0;
+    for (std::size_t i = 0; i < look.index; ++i) {
+      if (!holds(queue, i)) continue;
+      ++holders;
+      if (reads.count(i) == 0) reads.emplace(i, s.get(dir + queue[i].name));
+    }
+    if (!wake) {
+      drop(s, look.node, request.key);
+      look.node.clear();
+    }
+    std::vector<LockInfo> infos;
+    auto retry = milliseconds::max();
+    for (auto& [i, reply] : reads) {
+      if (reply.rc() == ZNONODE) {
+        if (wake) wake->fire(dir + queue[i].name, true);  // gone already: look again at once
+        continue;
+      }
+      check(reply.rc(), "acquire", request.key);
+      const auto data = from_data(reply.value().data);
+      if (!data || !holds(queue, i)) continue;
+      infos.push_back(to_info(request.key, reply.value().stat, *data, queue.size() - holders));
+      retry = std::min(retry, data->session_timeout);
+    }
+    if (infos.empty()) {
+      return wake ? std::optional<backend::AcquireResult>(backend::Busy{{}, milliseconds(0)}) : std::nullopt;
+    }
+    // A holder's node goes when it releases or its session ends, and a watch fires; the core's
+    // bound on the wait is only a fallback.
+    return backend::Busy{std::move(infos), std::max(retry, milliseconds(1000))};
+  }
+
+  // A shared request must ask the permits of the key's first shared node (a holder, or a reader
+  // waiting behind a writer).
+  static void check_permits(const backend::AcquireRequest& request, const std::vector<Child>& queue,
+                            std::size_t index) {
+    if (request.mode != LockMode::shared) return;
+    const auto first = first_shared(queue, index);
+    if (!first || queue[*first].permits == request.permits) return;
+    const std::string key(request.key);
+    throw InvalidArgument("'" + key + "' is " + (holds(queue, *first) ? "held" : "waited for") + " with " +
+                              permits_text(queue[*first].permits) + " and this request asks for " +
+                              permits_text(request.permits) +
+                              ": every client of one semaphore or read-write lock must agree",
+                          key);
+  }
+
+  static std::string permits_text(std::uint32_t permits) {
+    if (permits == 0) return "no limit on shared holders (a read-write lock)";
+    return std::to_string(permits) + (permits == 1 ? " permit" : " permits") + " (a semaphore)";
+  }
+
   // The node of an acquisition: as this client remembers it, or found in the queue (another
   // client of the same owner took it).
   std::optional<Place> find(const std::shared_ptr<Session>& s, const backend::LeaseRef& lease) {
@@ -409,18 +478,16 @@ class ZooKeeperBackend final : public backend::Backend {
       if (reply.rc() != ZOK || static_cast<std::uint64_t>(reply.value().stat.czxid) != lease.token) continue;
       const auto data = from_data(reply.value().data);
       if (!data || data->owner != lease.owner) continue;
-      Place place{path, data->holds, reply.value().stat.version};
-      place.evicted = data->evicted;
-      return place;
+      return Place{path, *data, reply.value().stat.version};
     }
     return std::nullopt;
   }
 
-  void remember(const backend::LeaseRef& lease, const std::string& path, std::uint32_t holds, int version) {
+  void remember(const backend::LeaseRef& lease, const std::string& path, const NodeData& data, int version) {
     std::lock_guard lock(mutex_);
     auto& place = places_[{std::string(lease.key), std::string(lease.owner), lease.token}];
     place.path = path;
-    place.holds = holds;
+    place.data = data;
     place.version = version;
   }
 
@@ -492,11 +559,16 @@ class ZooKeeperBackend final : public backend::Backend {
 };
 
 // A waiting call's place in the queue: its node, made by the first attempt and kept until the
-// call ends, and a watch on the node before it.
+// call ends, and watches on the nodes before it that it awaits.
 class QueueWaiter final : public backend::Waiter {
  public:
   QueueWaiter(ZooKeeperBackend& backend, const backend::AcquireRequest& request)
-      : backend_(backend), key_(request.key), owner_(request.owner), ttl_(request.ttl) {}
+      : backend_(backend),
+        key_(request.key),
+        owner_(request.owner),
+        ttl_(request.ttl),
+        mode_(request.mode),
+        permits_(request.permits) {}
   ~QueueWaiter() override {
     if (look_.node.empty()) return;
     try {
@@ -509,7 +581,7 @@ class QueueWaiter final : public backend::Waiter {
   QueueWaiter& operator=(const QueueWaiter&) = delete;
 
   backend::AcquireResult attempt() override {
-    const backend::AcquireRequest request{key_, owner_, ttl_};
+    const backend::AcquireRequest request{key_, owner_, ttl_, mode_, permits_, /*waiting=*/true};
     for (;;) {
       std::set<std::string> gone;
       {
@@ -540,10 +612,12 @@ class QueueWaiter final : public backend::Waiter {
   const std::string key_;
   const std::string owner_;
   const milliseconds ttl_;
+  const LockMode mode_;
+  const std::uint32_t permits_;
   // Takes the nodes seen deleted out of the queue as last read, when that tells where this
-  // call's node stands without reading it again: none of those before it is left (it is
-  // first: sequence numbers only grow, so no node can come before it), or one, which it
-  // watches.
+  // call's node stands without reading it again. Sequence numbers only grow, so no node can
+  // come before it: the nodes left before it are at most those, and it holds if it holds among
+  // them; if not, that is enough when it watches every node it awaits among them.
   bool skip(const std::set<std::string>& gone) {
     if (gone.empty()) return false;
     const std::string dir = backend_.key_path(key_) + "/";
@@ -553,7 +627,11 @@ class QueueWaiter final : public backend::Waiter {
     const auto removed = static_cast<std::size_t>(ahead - left);
     look_.queue.erase(left, ahead);
     look_.index -= removed;
-    return removed != 0 && look_.index <= 1;
+    if (removed == 0) return false;
+    if (holds(look_.queue, look_.index)) return true;
+    const auto awaits = awaited(look_.queue, look_.index);
+    return std::all_of(awaits.begin(), awaits.end(),
+                       [&](std::size_t i) { return signal_->watched(dir + look_.queue[i].name); });
   }
 
   const std::shared_ptr<Signal> signal_ = std::make_shared<Signal>();
