@@ -1,13 +1,16 @@
-// zookeeper://: the lock recipe of ZooKeeper's documentation (seed 003). Every acquirer makes
-// an ephemeral sequential node under the key's container node; the lowest holds the key; a
-// waiter watches only the two nodes just before its own, so a release wakes at most two
-// waiters (FIFO, no herd): the next holder, which takes the key without reading anything, and
-// the one behind it, which reads the queue while the new holder works and so is next in line
-// with nothing to read either. The session is the lease: a holder's node disappears when its session ends, and the
-// holder trusts its lock only until the session could have expired, measured from its last
-// answer (Acquired::lease). Fencing tokens are the holder node's czxid, the ensemble's
-// transaction id, which never goes back across leader changes, restarts and the deletion and
-// re-creation of the key's node (layout: nodes.hpp).
+// zookeeper://: the lock recipe of ZooKeeper's documentation (seed 003), with Curator's
+// read-write lock and semaphores on the same queue. Every acquirer makes an ephemeral
+// sequential node under the key's container node; an exclusive node holds when it is first, a
+// shared one when no exclusive node and fewer than its permits precede it (nodes.hpp). A
+// waiter watches only the nodes it awaits: a writer the two nodes just before its own, so a
+// release wakes at most two writers (FIFO, no herd): the next holder, which takes the key
+// without reading anything, and the one behind it, which reads the queue while the new holder
+// works and so is next in line with nothing to read either; a reader its nearest writer; a
+// semaphore waiter its `permits` predecessors. The session is the lease: a holder's node
+// disappears when its session ends, and the holder trusts its lock only until the session
+// could have expired, measured from its last answer (Acquired::lease). Fencing tokens are the
+// holder node's czxid, the ensemble's transaction id, which never goes back across leader
+// changes, restarts and the deletion and re-creation of the key's node (layout: nodes.hpp).
 
 #include "backends/zookeeper/zookeeper_backend.hpp"
 
