@@ -32,9 +32,10 @@ std::vector<bool> holding(const std::vector<Child>& q) {
 
 TEST(ZooKeeperQueue, NamesCarryModeAndPermits) {
   const auto tag = owner_tag("alice");
-  const auto q = queue_of({node_prefix(tag, attempt_tag(), LockMode::shared, 3) + "0000000002",
-                           node_prefix(tag, attempt_tag(), LockMode::exclusive, 0) + "0000000001",
-                           "not-dlocks", std::string(16, 'a') + "-" + std::string(16, 'b') + "-y-0000000003"});
+  const auto q =
+      queue_of({node_prefix(tag, attempt_tag(), LockMode::shared, 3) + "0000000002",
+                node_prefix(tag, attempt_tag(), LockMode::exclusive, 0) + "0000000001", "not-dlocks",
+                std::string(16, 'a') + "-" + std::string(16, 'b') + "-y-0000000003"});
   ASSERT_EQ(q.size(), 2u);
   EXPECT_EQ(q[0].mode, LockMode::exclusive);
   EXPECT_EQ(q[0].sequence, 1u);

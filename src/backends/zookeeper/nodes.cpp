@@ -80,7 +80,8 @@ std::string attempt_tag() {
   return tag;
 }
 
-std::string node_prefix(std::string_view tag, std::string_view attempt, LockMode mode, std::uint32_t permits) {
+std::string node_prefix(std::string_view tag, std::string_view attempt, LockMode mode,
+                        std::uint32_t permits) {
   const std::string kind = mode == LockMode::exclusive ? "x" : "s" + std::to_string(permits);
   return std::string(tag) + "-" + std::string(attempt) + "-" + kind + "-";
 }
@@ -94,7 +95,8 @@ std::vector<Child> queue_of(const std::vector<std::string>& names) {
     if (dash == std::string_view::npos || dash == 0) continue;
     const auto sequence = number<std::uint64_t>(rest.substr(dash + 1));
     const bool shared = rest[0] == 's';
-    const auto permits = shared ? number<std::uint32_t>(rest.substr(1, dash - 1)) : std::optional<std::uint32_t>(0);
+    const auto permits =
+        shared ? number<std::uint32_t>(rest.substr(1, dash - 1)) : std::optional<std::uint32_t>(0);
     if (!sequence || !permits || (!shared && rest.substr(0, dash) != "x")) continue;
     queue.push_back({name, name.substr(0, 16), name.substr(17, 16), *sequence,
                      shared ? LockMode::shared : LockMode::exclusive, *permits});
@@ -134,9 +136,9 @@ std::vector<std::size_t> awaited(const std::vector<Child>& queue, std::size_t i)
 }
 
 std::string to_data(const NodeData& data) {
-  return data.owner + "\n" + std::to_string(data.holds) + "\n" + std::to_string(data.session_timeout.count()) + "\n" +
-         (data.evicted ? "evicted" : "held") + "\n" + (data.mode == LockMode::shared ? "shared" : "exclusive") + "\n" +
-         std::to_string(data.permits);
+  return data.owner + "\n" + std::to_string(data.holds) + "\n" +
+         std::to_string(data.session_timeout.count()) + "\n" + (data.evicted ? "evicted" : "held") + "\n" +
+         (data.mode == LockMode::shared ? "shared" : "exclusive") + "\n" + std::to_string(data.permits);
 }
 
 std::optional<NodeData> from_data(std::string_view text) {

@@ -29,7 +29,8 @@ std::string owner_tag(std::string_view owner);
 // A fresh ATTEMPT part.
 std::string attempt_tag();
 // What a new node's name starts with; the ensemble appends SEQUENCE.
-std::string node_prefix(std::string_view tag, std::string_view attempt, LockMode mode, std::uint32_t permits);
+std::string node_prefix(std::string_view tag, std::string_view attempt, LockMode mode,
+                        std::uint32_t permits);
 
 struct Child {
   std::string name;

@@ -57,7 +57,8 @@ void make_key_node(Session& s, const std::string& root, std::string_view key) {
 
 std::string key_path(const std::string& root, std::string_view key) { return root + "/" + encode_key(key); }
 
-Look enqueue(std::shared_ptr<Session> session, const std::string& root, const backend::AcquireRequest& request) {
+Look enqueue(std::shared_ptr<Session> session, const std::string& root,
+             const backend::AcquireRequest& request) {
   Look look;
   look.session = std::move(session);
   Session& s = *look.session;
@@ -159,7 +160,8 @@ LockInfo to_info(std::string_view key, const Stat& stat, const NodeData& data, s
   // holder's last contact with the ensemble.
   info.ttl_left = data.session_timeout;
   // ctime is the ensemble's clock when the node was made, read here against this host's.
-  const auto now_ms = std::chrono::duration_cast<milliseconds>(std::chrono::system_clock::now().time_since_epoch());
+  const auto now_ms =
+      std::chrono::duration_cast<milliseconds>(std::chrono::system_clock::now().time_since_epoch());
   info.held_for = std::max(milliseconds(0), now_ms - milliseconds(stat.ctime));
   info.waiters = static_cast<std::uint32_t>(waiters);
   info.evicted = data.evicted;

@@ -33,7 +33,8 @@ struct Look {
 std::string key_path(const std::string& root, std::string_view key);
 
 // Makes the caller's node and reads the queue, in one round trip.
-Look enqueue(std::shared_ptr<Session> session, const std::string& root, const backend::AcquireRequest& request);
+Look enqueue(std::shared_ptr<Session> session, const std::string& root,
+             const backend::AcquireRequest& request);
 
 // Reads the queue again for a caller whose node exists; false when that node is gone.
 bool refresh(Look& look, const std::string& root, std::string_view key);
