@@ -2,7 +2,7 @@
 
 // A key's queue of nodes, as one client sees it: making the caller's node and reading the queue
 // in one round trip, finding that node again after a lost answer, removing a node, and
-// describing the holderss. Needs only a session and the URL's root path (layout: nodes.hpp).
+// describing the holders. Needs only a session and the URL's root path (layout: nodes.hpp).
 
 #include <chrono>
 #include <cstdint>
