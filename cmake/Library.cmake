@@ -111,6 +111,7 @@ if(DLOCK_WITH_ZOOKEEPER)
     src/backends/zookeeper/activity.cpp
     src/backends/zookeeper/errors.cpp
     src/backends/zookeeper/nodes.cpp
+    src/backends/zookeeper/queue.cpp
     src/backends/zookeeper/session.cpp
     src/backends/zookeeper/settings.cpp
     src/backends/zookeeper/zookeeper_backend.cpp)

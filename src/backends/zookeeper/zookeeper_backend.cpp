@@ -1,19 +1,23 @@
-// zookeeper://: the lock recipe of ZooKeeper's documentation (seed 003). Every acquirer makes
-// an ephemeral sequential node under the key's container node; the lowest holds the key; a
-// waiter watches only the two nodes just before its own, so a release wakes at most two
-// waiters (FIFO, no herd): the next holder, which takes the key without reading anything, and
-// the one behind it, which reads the queue while the new holder works and so is next in line
-// with nothing to read either. The session is the lease: a holder's node disappears when its session ends, and the
-// holder trusts its lock only until the session could have expired, measured from its last
-// answer (Acquired::lease). Fencing tokens are the holder node's czxid, the ensemble's
-// transaction id, which never goes back across leader changes, restarts and the deletion and
-// re-creation of the key's node (layout: nodes.hpp).
+// zookeeper://: the lock recipe of ZooKeeper's documentation (seed 003), with Curator's
+// read-write lock and semaphores on the same queue. Every acquirer makes an ephemeral
+// sequential node under the key's container node; an exclusive node holds when it is first, a
+// shared one when no exclusive node and fewer than its permits precede it (nodes.hpp). A
+// waiter watches only the nodes it awaits: a writer the two nodes just before its own, so a
+// release wakes at most two writers (FIFO, no herd): the next holder, which takes the key
+// without reading anything, and the one behind it, which reads the queue while the new holder
+// works and so is next in line with nothing to read either; a reader its nearest writer; a
+// semaphore waiter its `permits` predecessors. The session is the lease: a holder's node
+// disappears when its session ends, and the holder trusts its lock only until the session
+// could have expired, measured from its last answer (Acquired::lease). Fencing tokens are the
+// holder node's czxid, the ensemble's transaction id, which never goes back across leader
+// changes, restarts and the deletion and re-creation of the key's node (layout: nodes.hpp).
 
 #include "backends/zookeeper/zookeeper_backend.hpp"
 
 #include <algorithm>
 #include <chrono>
 #include <condition_variable>
+#include <iterator>
 #include <map>
 #include <mutex>
 #include <set>
@@ -25,6 +29,7 @@
 #include "backends/zookeeper/activity.hpp"
 #include "backends/zookeeper/errors.hpp"
 #include "backends/zookeeper/nodes.hpp"
+#include "backends/zookeeper/queue.hpp"
 #include "backends/zookeeper/session.hpp"
 #include "backends/zookeeper/settings.hpp"
 #include "dlock/errors.hpp"
@@ -48,6 +53,10 @@ struct Signal {
     std::lock_guard lock(mutex);
     return watching.insert(path).second;
   }
+  bool watched(const std::string& path) {
+    std::lock_guard lock(mutex);
+    return watching.count(path) != 0;
+  }
   void fire(const std::string& path, bool deleted) {
     {
       std::lock_guard lock(mutex);
@@ -62,23 +71,13 @@ struct Signal {
 // Where an acquisition's node is, as this client last saw it.
 struct Place {
   std::string path;
-  std::uint32_t holds = 1;
+  NodeData data;  // as last read or written: an evicted one was force-released with a lock delay
   int version = 0;
   bool watched = false;
   bool releasing = false;  // its last release is under way: the node's deletion is ours
-  bool evicted = false;    // force-released with a lock delay, as found in the queue
 };
 
 class ZooKeeperBackend;
-
-// An attempt's view of the key: its own node (if it made one) and the queue.
-struct Look {
-  std::shared_ptr<Session> session;
-  std::string node;  // the caller's own node's path, empty when none
-  Stat stat{};       // of that node
-  std::vector<Child> queue;
-  std::size_t index = 0;  // of the caller's node in the queue
-};
 
 class ZooKeeperBackend final : public backend::Backend {
  public:
@@ -93,6 +92,7 @@ class ZooKeeperBackend final : public backend::Backend {
             .records_acquisition_time = true,
             .counts_waiters = true,
             .names_waiters = true,
+            .shared_holders = true,
             .notifies_evictions = true};
   }
 
@@ -134,7 +134,7 @@ class ZooKeeperBackend final : public backend::Backend {
         static_cast<std::uint64_t>(reply.value().stat.czxid) != lease.token) {
       return false;
     }
-    remember(lease, place->path, data->holds, reply.value().stat.version);
+    remember(lease, place->path, *data, reply.value().stat.version);
     return true;
   }
 
@@ -143,7 +143,7 @@ class ZooKeeperBackend final : public backend::Backend {
     auto s = session();
     auto place = find(s, lease);
     if (!place) return std::nullopt;
-    if (place->evicted) {
+    if (place->data.evicted) {
       // The evicted holder's release acknowledges the loss: the key opens, and the answer is
       // that the lease was no longer ours.
       remove_surely(*s, place->path, -1);
@@ -151,7 +151,7 @@ class ZooKeeperBackend final : public backend::Backend {
       return std::nullopt;
     }
     for (int attempt = 0; attempt < 100; ++attempt) {
-      if (place->holds <= 1) {
+      if (place->data.holds <= 1) {
         releasing(lease);
         const auto [rc, retried] = remove_surely(*s, place->path, place->version);
         if (rc == ZOK || (rc == ZNONODE && retried)) {  // gone: by this release, if retried
@@ -164,11 +164,12 @@ class ZooKeeperBackend final : public backend::Backend {
         }
         if (rc != ZBADVERSION) check(rc, "release", lease.key, Write::yes);
       } else {
-        NodeData data{std::string(lease.owner), place->holds - 1, s->timeout()};
+        NodeData data = place->data;
+        --data.holds;
         auto reply = s->set(place->path, to_data(data), place->version);
         const int rc = reply.rc();
         if (rc == ZOK) {
-          remember(lease, place->path, data.holds, reply.value().stat.version);
+          remember(lease, place->path, data, reply.value().stat.version);
           return data.holds;
         }
         if (rc == ZNONODE) {
@@ -189,7 +190,7 @@ class ZooKeeperBackend final : public backend::Backend {
       const auto data = from_data(reply.value().data);
       if (!data || data->owner != lease.owner) return std::nullopt;
       place->version = reply.value().stat.version;
-      place->holds = data->holds;
+      place->data = *data;
       if (data->evicted) {
         s->remove(place->path, -1).rc();
         forget(lease);
@@ -208,7 +209,7 @@ class ZooKeeperBackend final : public backend::Backend {
       check(names.rc(), "inspect", key);
       const auto queue = queue_of(names.value());
       if (queue.empty()) return {};
-      if (auto info = holder(*s, key, queue)) return {std::move(*info)};
+      if (auto infos = holders(*s, settings_.root, key, queue); !infos.empty()) return infos;
     }
   }
 
@@ -227,6 +228,7 @@ class ZooKeeperBackend final : public backend::Backend {
     }
     std::sort(keys.begin(), keys.end());
     constexpr std::size_t kBatch = 64;  // requests in flight at once
+    std::size_t listed = 0;  // keys
     for (std::size_t start = 0; start < keys.size(); start += kBatch) {
       const std::size_t end = std::min(keys.size(), start + kBatch);
       std::vector<Reply<std::vector<std::string>>> queues;
@@ -237,13 +239,14 @@ class ZooKeeperBackend final : public backend::Backend {
         check(reply.rc(), "list", keys[i]);
         const auto queue = queue_of(reply.value());
         if (queue.empty()) continue;
-        auto info = holder(*s, keys[i], queue);
-        if (!info) continue;  // released meanwhile
-        if (page.locks.size() == limit) {
+        auto infos = holders(*s, settings_.root, keys[i], queue);
+        if (infos.empty()) continue;  // released meanwhile
+        if (listed == limit) {
           page.next_after = page.locks.back().key;
           return page;
         }
-        page.locks.push_back(std::move(*info));
+        ++listed;
+        std::move(infos.begin(), infos.end(), std::back_inserter(page.locks));
       }
     }
     return page;
@@ -252,31 +255,44 @@ class ZooKeeperBackend final : public backend::Backend {
   std::vector<LockInfo> force_release(std::string_view key, Eviction eviction,
                                       std::optional<std::uint64_t> token) override {
     auto s = session();
+    const std::string dir = key_path(key) + "/";
     for (int attempt = 0; attempt < 100; ++attempt) {
       auto names = s->children(key_path(key));
       if (names.rc() == ZNONODE) return {};
       check(names.rc(), "force-release", key);
       const auto queue = queue_of(names.value());
-      if (queue.empty()) return {};
-      const std::string path = key_path(key) + "/" + queue.front().name;
-      auto reply = s->get(path);
-      if (reply.rc() == ZNONODE) continue;
-      check(reply.rc(), "force-release", key);
-      const auto data = from_data(reply.value().data);
-      if (!data) continue;
-      LockInfo info = to_info(key, reply.value().stat, *data, queue.size() - 1);
-      if (token && info.token != *token) return {};  // the holder, the first node, has another
-      int rc = ZOK;
-      if (eviction == Eviction::immediate) {
-        rc = s->remove(path, -1).rc();
-      } else if (!data->evicted) {
-        NodeData closed = *data;
-        closed.evicted = true;
-        rc = s->set(path, to_data(closed), reply.value().stat.version).rc();
+      std::vector<std::pair<std::string, Reply<Node>>> held;
+      for (std::size_t i = 0; i < queue.size(); ++i) {
+        if (holds(queue, i)) held.emplace_back(dir + queue[i].name, s->get(dir + queue[i].name));
       }
-      if (rc == ZNONODE || rc == ZBADVERSION) continue;  // it changed hands meanwhile
-      check(rc, "force-release", key);
-      return {std::move(info)};
+      if (held.empty()) return {};
+      std::vector<std::pair<LockInfo, std::optional<Reply<Node>>>> evictions;
+      for (auto& [path, reply] : held) {
+        if (reply.rc() == ZNONODE) continue;
+        check(reply.rc(), "force-release", key);
+        auto data = from_data(reply.value().data);
+        if (!data) continue;
+        LockInfo info = to_info(key, reply.value().stat, *data, queue.size() - held.size());
+        if (token && info.token != *token) continue;
+        std::optional<Reply<Node>> done;
+        if (eviction == Eviction::immediate) {
+          done = s->remove(path, -1);
+        } else if (!data->evicted) {
+          // Unversioned: whatever its hold count is now, the node is this holder's, and an
+          // evicted holder's count is 0.
+          data->evicted = true;
+          done = s->set(path, to_data(*data), -1);
+        }
+        evictions.emplace_back(std::move(info), std::move(done));
+      }
+      std::vector<LockInfo> evicted;
+      for (auto& [info, done] : evictions) {
+        if (done && done->rc() == ZNONODE) continue;  // released first
+        if (done) check(done->rc(), "force-release", key);
+        evicted.push_back(std::move(info));
+      }
+      if (evicted.empty() && !token) continue;  // every holder went meanwhile: the next ones hold now
+      return evicted;
     }
     throw BackendError("'" + std::string(key) + "' kept changing hands during force-release", kName, std::string(key),
                        true);
@@ -324,205 +340,126 @@ class ZooKeeperBackend final : public backend::Backend {
     return session_;
   }
 
-  // Makes the caller's node and reads the queue, in one round trip.
-  Look enqueue(const backend::AcquireRequest& request) {
-    Look look;
-    look.session = session();
-    Session& s = *look.session;
-    const std::string dir = key_path(request.key);
-    const std::string data = to_data(NodeData{std::string(request.owner), 1, s.timeout()});
-    const std::string tag = owner_tag(request.owner);
-    const std::string attempt_id = attempt_tag();
-    for (int attempt = 0;; ++attempt) {
-      auto made = s.create(dir + "/" + tag + "-" + attempt_id + "-", data, ZOO_EPHEMERAL_SEQUENTIAL);
-      auto names = s.children(dir);
-      const int rc = made.rc();
-      if (rc == ZNONODE && attempt < 3) {
-        names.rc();
-        make_key_node(s, request.key);
-        continue;
-      }
-      if (lost_connection(rc) && attempt < 3 && s.wait_connected(deadline_for(s))) {
-        // The create may have been made: find it by its attempt tag, or make it now.
-        if (found(look, request.key, attempt_id)) return look;
-        continue;
-      }
-      check(rc, "acquire", request.key, Write::yes);
-      look.node = made.value().data;
-      look.stat = made.value().stat;
-      check(names.rc(), "acquire", request.key);
-      look.queue = queue_of(names.value());
-      locate(look);
-      return look;
-    }
-  }
-
-  // The caller's node made by an attempt whose answer was lost, if the ensemble made it.
-  bool found(Look& look, std::string_view key, const std::string& attempt_id) {
-    auto names = look.session->children(key_path(key));
-    if (names.rc() == ZNONODE) return false;
-    check(names.rc(), "acquire", key);
-    look.queue = queue_of(names.value());
-    for (const auto& child : look.queue) {
-      if (child.attempt != attempt_id) continue;
-      look.node = key_path(key) + "/" + child.name;
-      auto stat = look.session->exists(look.node);
-      if (stat.rc() == ZNONODE) return false;
-      check(stat.rc(), "acquire", key);
-      look.stat = stat.value().stat;
-      return locate(look);
-    }
-    return false;
-  }
-
-  // Reads the queue again for a caller whose node exists; false when that node is gone.
-  bool refresh(Look& look, std::string_view key) {
-    auto names = look.session->children(key_path(key));
-    if (names.rc() == ZNONODE) return false;
-    check(names.rc(), "acquire", key);
-    look.queue = queue_of(names.value());
-    return locate(look);
-  }
-
   // The answer to an attempt from its look: Acquired, a re-entry, or Busy. Without a waiting
   // call (`wake` null) the caller's node is removed again unless it holds. Nothing when the
   // attempt must be made again (the queue changed under it).
   std::optional<backend::AcquireResult> settle(const backend::AcquireRequest& request, Look& look,
                                                const std::shared_ptr<Signal>& wake) {
     Session& s = *look.session;
-    const std::string dir = key_path(request.key);
-    if (look.index == 0) {
-      const auto token = static_cast<std::uint64_t>(look.stat.czxid);
-      const backend::LeaseRef lease{request.key, request.owner, token};
-      remember(lease, look.node, 1, look.stat.version);
-      arm(s, lease);
-      return backend::Acquired{token, 1, std::nullopt, s.timeout()};
-    }
-    const Child& first = look.queue.front();
-    const std::string first_path = dir + "/" + first.name;
-    // A waiting call watches the two nodes before its own (the holder's read doubles as a
-    // watch when the holder is one of them).
-    std::optional<Reply<Node>> holder_reply;
-    std::vector<std::pair<std::string, Reply<Node>>> watched;
-    for (std::size_t back = 1; wake && back <= std::min<std::size_t>(2, look.index); ++back) {
-      const std::string path = dir + "/" + look.queue[look.index - back].name;
-      if (!wake->watch(path)) continue;
-      auto reply = s.get(path, [wake, path](int type) { wake->fire(path, type == ZOO_DELETED_EVENT); });
-      if (back == look.index) holder_reply = reply;
-      watched.emplace_back(path, std::move(reply));
-    }
-    if (!holder_reply) holder_reply = s.get(first_path);
-    for (auto& [path, reply] : watched) {
-      if (reply.rc() == ZNONODE) wake->fire(path, true);  // gone already: look again at once
-    }
-    const int rc = holder_reply->rc();
-    if (rc == ZNONODE) {
-      if (!wake) {
-        drop(s, look.node, request.key);
-        look.node.clear();
+    const std::string dir = key_path(request.key) + "/";
+    const auto& queue = look.queue;
+    // This owner's holds before its node, which the request re-enters: either mode when asked
+    // shared (a writer may also read), an exclusive one only when asked exclusive (a shared
+    // holder asking exclusive is Busy: no upgrades).
+    const std::string tag = owner_tag(request.owner);
+    std::vector<std::pair<std::string, Reply<Node>>> owned;
+    for (std::size_t i = 0; i < look.index; ++i) {
+      if (queue[i].tag == tag && holds(queue, i) &&
+          (request.mode == LockMode::shared || queue[i].mode == LockMode::exclusive)) {
+        owned.emplace_back(dir + queue[i].name, s.get(dir + queue[i].name));
       }
-      return wake ? std::optional<backend::AcquireResult>(backend::Busy{{}, milliseconds(0)}) : std::nullopt;
     }
-    check(rc, "acquire", request.key);
-    const auto data = from_data(holder_reply->value().data);
-    if (data && first.tag == owner_tag(request.owner) && data->owner == request.owner && !data->evicted) {
-      // A re-entry: the holder is this owner. The caller's own node goes.
-      drop(s, look.node, request.key);
-      look.node.clear();
-      NodeData more = *data;
-      ++more.holds;
-      auto set = s.set(first_path, to_data(more), holder_reply->value().stat.version);
-      if (set.rc() == ZNONODE || set.rc() == ZBADVERSION) return std::nullopt;
-      check(set.rc(), "acquire", request.key, Write::yes);
-      const auto token = static_cast<std::uint64_t>(holder_reply->value().stat.czxid);
-      const backend::LeaseRef lease{request.key, request.owner, token};
-      remember(lease, first_path, more.holds, set.value().stat.version);
-      return backend::Acquired{token, more.holds, std::nullopt, s.timeout()};
+    for (auto& [path, reply] : owned) {
+      if (reply.rc() == ZNONODE) continue;
+      check(reply.rc(), "acquire", request.key);
+      const auto data = from_data(reply.value().data);
+      if (data && data->owner == request.owner && !data->evicted) {
+        return reenter(request, look, path, *data, reply.value().stat);
+      }
+    }
+    check_permits(request, queue, look.index);
+    if (!holds(queue, look.index)) return busy(request, look, wake);
+    const auto token = static_cast<std::uint64_t>(look.stat.czxid);
+    const backend::LeaseRef lease{request.key, request.owner, token};
+    remember(lease, look.node, look.data, look.stat.version);
+    arm(s, lease);
+    return backend::Acquired{token, 1, std::nullopt, s.timeout()};
+  }
+
+  std::string key_path(std::string_view key) const { return zookeeper::key_path(settings_.root, key); }
+  Look enqueue(const backend::AcquireRequest& request) {
+    return zookeeper::enqueue(session(), settings_.root, request);
+  }
+  bool refresh(Look& look, std::string_view key) { return zookeeper::refresh(look, settings_.root, key); }
+
+ private:
+  // Re-enters this owner's hold at `path`; the caller's own node goes.
+  std::optional<backend::AcquireResult> reenter(const backend::AcquireRequest& request, Look& look,
+                                                const std::string& path, NodeData data, const Stat& stat) {
+    Session& s = *look.session;
+    drop(s, look.node, request.key);
+    look.node.clear();
+    ++data.holds;
+    auto set = s.set(path, to_data(data), stat.version);
+    if (set.rc() == ZNONODE || set.rc() == ZBADVERSION) return std::nullopt;
+    check(set.rc(), "acquire", request.key, Write::yes);
+    const auto token = static_cast<std::uint64_t>(stat.czxid);
+    remember({request.key, request.owner, token}, path, data, set.value().stat.version);
+    return backend::Acquired{token, data.holds, std::nullopt, s.timeout()};
+  }
+
+  // Busy, naming the holders (all before the caller's node). A waiting call watches the nodes
+  // it awaits; a holder's read doubles as its watch.
+  std::optional<backend::AcquireResult> busy(const backend::AcquireRequest& request, Look& look,
+                                             const std::shared_ptr<Signal>& wake) {
+    Session& s = *look.session;
+    const std::string dir = key_path(request.key) + "/";
+    const auto& queue = look.queue;
+    std::map<std::size_t, Reply<Node>> reads;
+    for (const auto i : wake ? awaited(queue, look.index) : std::vector<std::size_t>()) {
+      const std::string path = dir + queue[i].name;
+      if (!wake->watch(path)) continue;
+      reads.emplace(i, s.get(path, [wake, path](int type) { wake->fire(path, type == ZOO_DELETED_EVENT); }));
+    }
+    std::size_t holders = 0;
+    for (std::size_t i = 0; i < look.index; ++i) {
+      if (!holds(queue, i)) continue;
+      ++holders;
+      if (reads.count(i) == 0) reads.emplace(i, s.get(dir + queue[i].name));
     }
     if (!wake) {
       drop(s, look.node, request.key);
       look.node.clear();
     }
-    if (!data) return backend::Busy{{}, milliseconds(0)};
-    LockInfo info = to_info(request.key, holder_reply->value().stat, *data, look.queue.size() - 1);
-    // Its node goes when it releases or its session ends, and the watch fires; the core's
-    // bound on the wait is only a fallback.
-    const auto retry = std::max(data->session_timeout, milliseconds(1000));
-    return backend::Busy{{std::move(info)}, retry};
-  }
-
-  // Removes a node the caller no longer wants; if the ensemble cannot be told, the session's
-  // end removes it.
-  void drop(Session& s, const std::string& node, std::string_view key) {
-    if (node.empty()) return;
-    const int rc = remove_surely(s, node, -1).first;
-    if (rc != ZOK && rc != ZNONODE) {
-      throw ConnectionError("could not remove this client's queue node for '" + std::string(key) + "' (" +
-                                zerror(rc) + "); it goes when the session ends",
-                            kName, std::string(key));
-    }
-  }
-
-  std::string key_path(std::string_view key) const { return settings_.root + "/" + encode_key(key); }
-
- private:
-  // Finds the caller's node in the queue; false when it is not there.
-  static bool locate(Look& look) {
-    const auto slash = look.node.rfind('/');
-    const std::string name = look.node.substr(slash + 1);
-    for (std::size_t i = 0; i < look.queue.size(); ++i) {
-      if (look.queue[i].name == name) {
-        look.index = i;
-        return true;
+    std::vector<LockInfo> infos;
+    auto retry = milliseconds::max();
+    for (auto& [i, reply] : reads) {
+      if (reply.rc() == ZNONODE) {
+        if (wake) wake->fire(dir + queue[i].name, true);  // gone already: look again at once
+        continue;
       }
+      check(reply.rc(), "acquire", request.key);
+      const auto data = from_data(reply.value().data);
+      if (!data || !holds(queue, i)) continue;
+      infos.push_back(to_info(request.key, reply.value().stat, *data, queue.size() - holders));
+      retry = std::min(retry, data->session_timeout);
     }
-    return false;
+    if (infos.empty()) {
+      return wake ? std::optional<backend::AcquireResult>(backend::Busy{{}, milliseconds(0)}) : std::nullopt;
+    }
+    // A holder's node goes when it releases or its session ends, and a watch fires; the core's
+    // bound on the wait is only a fallback.
+    return backend::Busy{std::move(infos), std::max(retry, milliseconds(1000))};
   }
 
-  // The first node's holder, with the waiters behind it, named in order; nothing when the
-  // holder went meanwhile. One round trip: every read is sent at once.
-  std::optional<LockInfo> holder(Session& s, std::string_view key, const std::vector<Child>& queue) {
-    const std::string dir = key_path(key) + "/";
-    auto reply = s.get(dir + queue.front().name);
-    std::vector<Reply<Node>> waiting;
-    for (std::size_t i = 1; i < queue.size() && waiting.size() < kQueueShown; ++i) {
-      waiting.push_back(s.get(dir + queue[i].name));
-    }
-    if (reply.rc() == ZNONODE) return std::nullopt;
-    check(reply.rc(), "inspect", key);
-    const auto data = from_data(reply.value().data);
-    if (!data) return std::nullopt;
-    LockInfo info = to_info(key, reply.value().stat, *data, queue.size() - 1);
-    info.queue.emplace();
-    for (auto& waiter : waiting) {
-      if (waiter.rc() != ZOK) continue;  // gone meanwhile
-      if (const auto queued = from_data(waiter.value().data)) info.queue->push_back(queued->owner);
-    }
-    return info;
+  // A shared request must ask the permits of the key's first shared node (a holder, or a reader
+  // waiting behind a writer).
+  static void check_permits(const backend::AcquireRequest& request, const std::vector<Child>& queue,
+                            std::size_t index) {
+    if (request.mode != LockMode::shared) return;
+    const auto first = first_shared(queue, index);
+    if (!first || queue[*first].permits == request.permits) return;
+    const std::string key(request.key);
+    throw InvalidArgument("'" + key + "' is " + (holds(queue, *first) ? "held" : "waited for") + " with " +
+                              permits_text(queue[*first].permits) + " and this request asks for " +
+                              permits_text(request.permits) +
+                              ": every client of one semaphore or read-write lock must agree",
+                          key);
   }
 
-  static LockInfo to_info(std::string_view key, const Stat& stat, const NodeData& data, std::size_t waiters) {
-    LockInfo info;
-    info.key = std::string(key);
-    info.owner = data.owner;
-    info.token = static_cast<std::uint64_t>(stat.czxid);
-    info.hold_count = data.evicted ? 0 : data.holds;
-    // Held until its holder releases it or its session ends: at most this long after the
-    // holder's last contact with the ensemble.
-    info.ttl_left = data.session_timeout;
-    // ctime is the ensemble's clock when the node was made, read here against this host's.
-    const auto now_ms = std::chrono::duration_cast<milliseconds>(std::chrono::system_clock::now().time_since_epoch());
-    info.held_for = std::max(milliseconds(0), now_ms - milliseconds(stat.ctime));
-    info.waiters = static_cast<std::uint32_t>(waiters);
-    info.evicted = data.evicted;
-    return info;
-  }
-
-  // The key's node: a container, which the ensemble deletes some time after its last child goes.
-  void make_key_node(Session& s, std::string_view key) {
-    make_root(s, settings_.root, key);
-    const int rc = s.create(key_path(key), "", ZOO_CONTAINER).rc();
-    if (rc != ZOK && rc != ZNODEEXISTS) check(rc, "acquire", key);
+  static std::string permits_text(std::uint32_t permits) {
+    if (permits == 0) return "no limit on shared holders (a read-write lock)";
+    return std::to_string(permits) + (permits == 1 ? " permit" : " permits") + " (a semaphore)";
   }
 
   // The node of an acquisition: as this client remembers it, or found in the queue (another
@@ -544,18 +481,16 @@ class ZooKeeperBackend final : public backend::Backend {
       if (reply.rc() != ZOK || static_cast<std::uint64_t>(reply.value().stat.czxid) != lease.token) continue;
       const auto data = from_data(reply.value().data);
       if (!data || data->owner != lease.owner) continue;
-      Place place{path, data->holds, reply.value().stat.version};
-      place.evicted = data->evicted;
-      return place;
+      return Place{path, *data, reply.value().stat.version};
     }
     return std::nullopt;
   }
 
-  void remember(const backend::LeaseRef& lease, const std::string& path, std::uint32_t holds, int version) {
+  void remember(const backend::LeaseRef& lease, const std::string& path, const NodeData& data, int version) {
     std::lock_guard lock(mutex_);
     auto& place = places_[{std::string(lease.key), std::string(lease.owner), lease.token}];
     place.path = path;
-    place.holds = holds;
+    place.data = data;
     place.version = version;
   }
 
@@ -618,23 +553,6 @@ class ZooKeeperBackend final : public backend::Backend {
     if (events) events->all_lost("its ZooKeeper session expired (the ensemble did not hear from it in time)");
   }
 
-  // How long a request lost with the connection may wait for the session to come back.
-  static std::chrono::steady_clock::time_point deadline_for(const Session& s) {
-    return std::chrono::steady_clock::now() + s.timeout();
-  }
-
-  // Deletes a node, again after a connection loss while the session lives (the ensemble may
-  // have deleted it then: ZNONODE). The answer, and whether the delete was made again.
-  static std::pair<int, bool> remove_surely(Session& s, const std::string& path, int version) {
-    int rc = s.remove(path, version).rc();
-    bool retried = false;
-    for (int attempt = 0; lost_connection(rc) && attempt < 5 && s.wait_connected(deadline_for(s)); ++attempt) {
-      retried = true;
-      rc = s.remove(path, version).rc();
-    }
-    return {rc, retried};
-  }
-
   const Settings settings_;
   ActivityNode activity_{[this] { return session(); }, settings_.root};
   std::mutex mutex_;  // never held while waiting for an answer
@@ -644,15 +562,20 @@ class ZooKeeperBackend final : public backend::Backend {
 };
 
 // A waiting call's place in the queue: its node, made by the first attempt and kept until the
-// call ends, and a watch on the node before it.
+// call ends, and watches on the nodes before it that it awaits.
 class QueueWaiter final : public backend::Waiter {
  public:
   QueueWaiter(ZooKeeperBackend& backend, const backend::AcquireRequest& request)
-      : backend_(backend), key_(request.key), owner_(request.owner), ttl_(request.ttl) {}
+      : backend_(backend),
+        key_(request.key),
+        owner_(request.owner),
+        ttl_(request.ttl),
+        mode_(request.mode),
+        permits_(request.permits) {}
   ~QueueWaiter() override {
     if (look_.node.empty()) return;
     try {
-      backend_.drop(*look_.session, look_.node, key_);
+      drop(*look_.session, look_.node, key_);
     } catch (...) {
       // Unreachable: the node goes with the session.
     }
@@ -661,7 +584,7 @@ class QueueWaiter final : public backend::Waiter {
   QueueWaiter& operator=(const QueueWaiter&) = delete;
 
   backend::AcquireResult attempt() override {
-    const backend::AcquireRequest request{key_, owner_, ttl_};
+    const backend::AcquireRequest request{key_, owner_, ttl_, mode_, permits_, /*waiting=*/true};
     for (;;) {
       std::set<std::string> gone;
       {
@@ -692,10 +615,12 @@ class QueueWaiter final : public backend::Waiter {
   const std::string key_;
   const std::string owner_;
   const milliseconds ttl_;
+  const LockMode mode_;
+  const std::uint32_t permits_;
   // Takes the nodes seen deleted out of the queue as last read, when that tells where this
-  // call's node stands without reading it again: none of those before it is left (it is
-  // first: sequence numbers only grow, so no node can come before it), or one, which it
-  // watches.
+  // call's node stands without reading it again. Sequence numbers only grow, so no node can
+  // come before it: the nodes left before it are at most those, and it holds if it holds among
+  // them; if not, that is enough when it watches every node it awaits among them.
   bool skip(const std::set<std::string>& gone) {
     if (gone.empty()) return false;
     const std::string dir = backend_.key_path(key_) + "/";
@@ -705,7 +630,11 @@ class QueueWaiter final : public backend::Waiter {
     const auto removed = static_cast<std::size_t>(ahead - left);
     look_.queue.erase(left, ahead);
     look_.index -= removed;
-    return removed != 0 && look_.index <= 1;
+    if (removed == 0) return false;
+    if (holds(look_.queue, look_.index)) return true;
+    const auto awaits = awaited(look_.queue, look_.index);
+    return std::all_of(awaits.begin(), awaits.end(),
+                       [&](std::size_t i) { return signal_->watched(dir + look_.queue[i].name); });
   }
 
   const std::shared_ptr<Signal> signal_ = std::make_shared<Signal>();

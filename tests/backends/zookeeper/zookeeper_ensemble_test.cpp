@@ -1,7 +1,8 @@
 // zookeeper:// on private servers each case starts (scripts/servers/zookeeper.sh, Debian's
 // ZooKeeper 3.8): the leader of a 3-node ensemble killed while a held key is contended, a holder
-// killed with SIGKILL, the ensemble unreachable (SIGSTOP), a force-release, a server restart,
-// and digest credentials.
+// killed with SIGKILL, the ensemble unreachable (SIGSTOP), a force-release, waiters giving up,
+// a semaphore's waiters woken by any holder's release, a reader evicted with a lock delay, a
+// server restart, and digest credentials.
 //
 // Safety is judged from outside the library: holders write what they did to a shared log (the
 // interval in which they used the lock and its fencing token) and update a shared counter by
@@ -589,6 +590,88 @@ TEST_F(ZooKeeper, WaitersGivingUpMidQueueKeepItsOrder) {
   EXPECT_GE(order[1].second - order[0].second, 50ms) << "W4 took the key while W2 held it";
   std::printf("W2 took the key %lld ms after H released it, W4 %lld ms after W2 took it\n",
               ms(order[0].second - released), ms(order[1].second - order[0].second));
+}
+
+// ---- Shared holds ----
+
+// A semaphore waiter watches the `permits` nodes before its own, so the release of any holder
+// wakes it: with A, B and C holding a semaphore of 3 and D, E queued in that order, B's release
+// (neither the first holder nor D's predecessor) lets D in, and A's then lets E in, each at
+// once (the fallback retry is the 10 s session timeout).
+TEST_F(ZooKeeper, ASemaphoreWaiterIsWokenByTheReleaseOfAnyHolderBeforeIt) {
+  start(1);
+  const std::string u = url(servers_->url(), "session_timeout=10s");
+  const std::string k = key();
+  const LockOptions permit{.mode = LockMode::shared, .permits = 3};
+  Client admin = Client::open(u);
+  std::vector<Client> clients;
+  std::vector<Lease> held;
+  for (int i = 0; i < 3; ++i) {
+    clients.push_back(Client::open(u));
+    held.push_back(clients.back().acquire(k, permit));
+  }
+  Client d_client = Client::open(u), e_client = Client::open(u);
+  const auto queued = [&](std::size_t waiters) {
+    return eventually(
+        [&] {
+          const auto holders = admin.inspect(k);
+          return holders.size() == 3 && holders[0].queue && holders[0].queue->size() == waiters;
+        },
+        5s);
+  };
+  auto d = std::async(std::launch::async, [&] { return d_client.try_acquire_for(k, 20s, permit); });
+  ASSERT_TRUE(queued(1)) << "D never showed in the queue";
+  auto e = std::async(std::launch::async, [&] { return e_client.try_acquire_for(k, 20s, permit); });
+  ASSERT_TRUE(queued(2)) << "E never showed in the queue";
+
+  // `leaving`'s release lets `waiter` in at once, and it keeps its permit; `what`: "B's release
+  // woke D".
+  std::vector<Attempt> taken;
+  const auto lets_in = [&taken](Lease& leaving, std::future<Attempt>& waiter, const std::string& what) {
+    const auto released = Clock::now();
+    leaving.release();
+    ASSERT_EQ(waiter.wait_for(5s), std::future_status::ready) << "not so: " << what;
+    taken.push_back(waiter.get());
+    ASSERT_TRUE(taken.back());
+    std::printf("%s after %lld ms\n", what.c_str(), ms(Clock::now() - released));
+    EXPECT_LT(ms(Clock::now() - released), 3000) << "ms: " << what << " only by the fallback retry";
+  };
+  lets_in(held[1], d, "B's release woke D");
+  EXPECT_EQ(e.wait_for(300ms), std::future_status::timeout) << "E took a fourth permit";
+  lets_in(held[0], e, "A's release woke E");
+  EXPECT_EQ(admin.inspect(k).size(), 3u);
+}
+
+// A reader force-released with a lock delay keeps its node, and so its place as a holder: a
+// writer waits until that reader's release acknowledges the loss, though the other reader left.
+TEST_F(ZooKeeper, AReaderEvictedWithALockDelayKeepsTheWriterOut) {
+  start(1);
+  const std::string u = url(servers_->url());
+  const std::string k = key();
+  const LockOptions reader{.mode = LockMode::shared};
+  Client a = Client::open(u), b = Client::open(u), admin = Client::open(u), writer = Client::open(u);
+  Lease first = a.acquire(k, reader);
+  Lease second = b.acquire(k, reader);
+  const auto evicted = admin.force_release(k, Eviction::delayed, first.token());
+  ASSERT_EQ(evicted.size(), 1u);
+  EXPECT_EQ(evicted[0].token, first.token());
+  EXPECT_EQ(evicted[0].mode, LockMode::shared);
+  ASSERT_TRUE(eventually([&] { return !first.held(); }, 5s)) << "the evicted reader was never told";
+  second.release();
+
+  Attempt refused = writer.try_acquire_for(k, 500ms);
+  EXPECT_FALSE(refused) << "a writer got the key while an evicted reader was on record";
+  if (!refused) {
+    ASSERT_EQ(refused.holders().size(), 1u);
+    EXPECT_TRUE(refused.holders()[0].evicted);
+    EXPECT_EQ(refused.holders()[0].token, first.token());
+  }
+  auto waiting = std::async(std::launch::async, [&] { return writer.try_acquire_for(k, 10s); });
+  std::this_thread::sleep_for(200ms);
+  EXPECT_THROW(first.release(), LockLostError);
+  Attempt took = waiting.get();
+  ASSERT_TRUE(took) << "the evicted reader's release did not let the writer in";
+  EXPECT_GT(took.lease().token(), second.token());
 }
 
 // ---- A server restart ----
