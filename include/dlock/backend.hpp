@@ -43,11 +43,13 @@
 //    (the core refuses upgrades before asking).
 // The permits of a key are set by its first shared holder and hold while it has shared holders:
 // a shared request with other permits throws InvalidArgument naming both counts.
-// Writers are not starved: an exclusive request from a Waiter that is Busy places the key's
-// writer's claim, which refuses new shared holders (not re-entries) for kWriterClaim; a
-// writer's waiting attempts renew it (their Busy::retry_within is at most half of it) and the
-// writer's grant ends it. A refused shared request is Busy with the live holders (none, when
-// only the claim refused it) and retry_within at most the claim's remaining time.
+// Writers are not starved. On a lease store, an exclusive request from a Waiter that is Busy
+// places the key's writer's claim, which refuses new shared holders (not re-entries) for
+// kWriterClaim; a writer's waiting attempts renew it (their Busy::retry_within is at most half
+// of it) and the writer's grant ends it. A refused shared request is Busy with the live holders
+// (none, when only the claim refused it) and retry_within at most the claim's remaining time.
+// A queue store needs no claim: a shared entry holds only when no exclusive entry is ahead of
+// it (and fewer than its permits are), so a writer keeps its place in line.
 // A release, expiry or force-release that ends a hold rings a waiter, as for the mutex.
 // Fencing is per key, whatever the mode: every new acquisition's token is above every token the
 // key had before, so a writer's token is above every earlier reader's and writer's.
