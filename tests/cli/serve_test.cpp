@@ -340,7 +340,6 @@ TEST_F(ServeTest, HealthzAnswers) {
   const bool session = backend_ == "zookeeper" || contains(url_, "mode=session");
   EXPECT_EQ(field(capabilities, "lease_is_the_session"), session) << url_ << ": " << capabilities;
   EXPECT_EQ(field(capabilities, "spans_processes"), true) << capabilities;
-  EXPECT_EQ(field(capabilities, "shared_holders"), false) << "no store grants shared holds yet";
   EXPECT_EQ(reply.doc.size(), 3u) << "more than ok, the scheme and the capabilities: " << reply.body;
   stop();
 }
