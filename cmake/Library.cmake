@@ -97,6 +97,7 @@ if(DLOCK_WITH_REDIS)
     src/backends/redis/redis_backend.cpp
     src/backends/redis/subscriber.cpp
     src/backends/redlock/activity.cpp
+    src/backends/redlock/agreement.cpp
     src/backends/redlock/redlock_backend.cpp
     src/backends/redlock/server_bell.cpp
     src/backends/redlock/servers.cpp

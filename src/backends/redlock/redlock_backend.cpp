@@ -31,6 +31,7 @@
 #include "backends/redis/keys.hpp"
 #include "backends/redis/subscriber.hpp"
 #include "backends/redlock/activity.hpp"
+#include "backends/redlock/agreement.hpp"
 #include "backends/redlock/common.hpp"
 #include "backends/redlock/server_bell.hpp"
 #include "backends/redlock/servers.hpp"
@@ -125,13 +126,9 @@ class RedlockBackend final : public backend::Backend {
   std::optional<backend::Acquired> settle(const backend::AcquireRequest& request, const Keys& keys,
                                           std::vector<Grant>& grants, Clock::time_point sent);
   void undo(const backend::AcquireRequest& request, const Keys& keys, const std::vector<Grant>& grants);
-  // The holders a majority of servers agree on (`seen`: every server's holders in turn), an
-  // owner and mode at a time; with `any`, the one seen most when none has a majority.
-  std::vector<LockInfo> agreed(const std::vector<LockInfo>& seen, bool any = false) const;
-  // One owner's holder, as `infos` (one per server) show it.
-  LockInfo merged(std::vector<const LockInfo*> infos) const;
-  // The answer to an attempt that the servers in `refusals` refused.
-  backend::Busy contended(const std::vector<backend::Busy>& refusals, std::size_t answered, milliseconds ttl) const;
+  std::vector<LockInfo> agreed(const std::vector<LockInfo>& seen, bool any = false) const {
+    return redlock::agreed(seen, quorum_, any);
+  }
   [[noreturn]] void no_majority(const std::vector<Answer>& answers, std::string_view key,
                                 const std::string& what) const {
     servers_.no_majority(answers, key, what);
@@ -151,63 +148,6 @@ class RedlockBackend final : public backend::Backend {
 
 RedlockBackend::RedlockBackend(Settings settings)
     : settings_(std::move(settings)), servers_(settings_.servers) {}
-
-std::vector<LockInfo> RedlockBackend::agreed(const std::vector<LockInfo>& seen, bool any) const {
-  std::map<std::pair<std::string_view, LockMode>, std::vector<const LockInfo*>> by_owner;
-  for (const auto& info : seen) by_owner[{info.owner, info.mode}].push_back(&info);
-  std::vector<LockInfo> holders;
-  const std::vector<const LockInfo*>* top = nullptr;
-  for (const auto& [owner, infos] : by_owner) {
-    if (infos.size() >= quorum_) holders.push_back(merged(infos));
-    if (!top || infos.size() > top->size()) top = &infos;
-  }
-  if (holders.empty() && any && top) holders.push_back(merged(*top));
-  return holders;
-}
-
-LockInfo RedlockBackend::merged(std::vector<const LockInfo*> infos) const {
-  // Longest lease first: the lock stays held by a majority until the quorum-th of them ends.
-  std::sort(infos.begin(), infos.end(), [](const LockInfo* a, const LockInfo* b) { return a->ttl_left > b->ttl_left; });
-  LockInfo info = *infos[std::min(quorum_, infos.size()) - 1];
-  std::size_t live = 0;
-  for (const LockInfo* other : infos) {
-    info.token = std::max(info.token, other->token);
-    info.hold_count = std::max(info.hold_count, other->hold_count);
-    if (other->held_for) info.held_for = std::max(info.held_for.value_or(milliseconds(0)), *other->held_for);
-    if (!other->evicted) ++live;
-  }
-  // Evicted once it is live on fewer than a majority: no renewal of it can succeed any more.
-  info.evicted = live < infos.size() && live < quorum_;
-  if (info.evicted) info.hold_count = 0;
-  return info;
-}
-
-backend::Busy RedlockBackend::contended(const std::vector<backend::Busy>& refusals, std::size_t answered,
-                                        milliseconds ttl) const {
-  // Every server that answered refused, naming the same holders (or none, for a writer's
-  // claim): sleep until a release rings or the first lease (or claim) ends. Otherwise the state
-  // is moving (a release or another acquisition under way on some servers, or votes split):
-  // try again after a short random back-off.
-  const auto owners = [](const backend::Busy& busy) {
-    std::vector<std::pair<std::string_view, LockMode>> out;
-    for (const auto& h : busy.holders) out.emplace_back(h.owner, h.mode);
-    std::sort(out.begin(), out.end());
-    return out;
-  };
-  std::vector<LockInfo> seen;
-  auto retry = milliseconds::max();
-  bool alike = true;
-  for (const auto& busy : refusals) {
-    seen.insert(seen.end(), busy.holders.begin(), busy.holders.end());
-    retry = std::min(retry, busy.retry_within);
-    alike = alike && owners(busy) == owners(refusals.front());
-  }
-  if (alike && refusals.size() == answered && answered >= quorum_) return {agreed(seen), retry};
-  auto holders = agreed(seen, true);
-  retry = backoff(ttl);
-  for (const auto& h : holders) retry = std::min(retry, h.ttl_left);
-  return {std::move(holders), retry};
-}
 
 backend::AcquireResult RedlockBackend::acquire(const backend::AcquireRequest& request) {
   const Keys keys = this->keys(request.key);
@@ -237,7 +177,7 @@ backend::AcquireResult RedlockBackend::acquire(const backend::AcquireRequest& re
   undo(request, keys, grants);
   if (mismatch) std::rethrow_exception(mismatch);
   if (answered(answers) < quorum_) no_majority(answers, request.key, "cannot acquire");
-  return contended(refusals, answered(answers), request.ttl);
+  return contended(refusals, answered(answers), quorum_, backoff(request.ttl));
 }
 
 std::optional<backend::Acquired> RedlockBackend::settle(const backend::AcquireRequest& request, const Keys& keys,
@@ -405,11 +345,12 @@ ListPage RedlockBackend::list(std::string_view prefix, std::string_view after, s
     }
   }
   ListPage page;
+  std::size_t keys = 0;
   for (const auto& [key, infos] : seen) {
     if (looked_to && key > *looked_to) break;
     auto holders = agreed(infos);
     if (holders.empty()) continue;
-    if (page.locks.size() == page_max) {
+    if (keys++ == page_max) {
       page.next_after = page.locks.back().key;
       return page;
     }

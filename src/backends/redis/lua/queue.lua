@@ -142,5 +142,6 @@ local function retry_ms(L, x, s, why, shared, waiting, claim_ms)
     redis.call('SET', L.claim, '1', 'PX', claim_ms)
     retry = math.min(retry, math.floor(tonumber(claim_ms) / 2))
   end
+  if retry == math.huge then retry = tonumber(claim_ms) end  -- unreachable: a refusal has a holder or a claim
   return math.max(retry, 1)
 end
