@@ -129,9 +129,9 @@ class RedlockBackend final : public backend::Backend {
   std::vector<LockInfo> agreed(const std::vector<LockInfo>& seen, bool any = false) const {
     return redlock::agreed(seen, quorum_, any);
   }
-  [[noreturn]] void no_majority(const std::vector<Answer>& answers, std::string_view key,
-                                const std::string& what) const {
-    servers_.no_majority(answers, key, what);
+  [[noreturn]] void no_majority(const std::vector<Answer>& answers, std::string_view key, const std::string& what,
+                                std::size_t needed = 0) const {
+    servers_.no_majority(answers, key, what, needed);
   }
 
   Settings settings_;
@@ -176,7 +176,13 @@ backend::AcquireResult RedlockBackend::acquire(const backend::AcquireRequest& re
   }
   undo(request, keys, grants);
   if (mismatch) std::rethrow_exception(mismatch);
-  if (answered(answers) < quorum_) no_majority(answers, request.key, "cannot acquire");
+  const std::size_t need = needed(request.permits);
+  if (answered(answers) < need) {
+    no_majority(answers, request.key,
+                need > quorum_ ? "cannot take one of the " + std::to_string(request.permits) + " permits of"
+                               : "cannot acquire",
+                need);
+  }
   return contended(refusals, answered(answers), quorum_, backoff(request.ttl));
 }
 
@@ -258,7 +264,7 @@ bool RedlockBackend::renew(const backend::LeaseRef& lease, milliseconds ttl) {
   const std::size_t need = needed(static_cast<std::uint32_t>(permits));
   if (renewed >= need) return true;
   if (refused > servers_.size() - need) return false;  // out of reach
-  no_majority(answers, lease.key, "cannot renew");
+  no_majority(answers, lease.key, "cannot renew", need);
 }
 
 std::optional<std::uint32_t> RedlockBackend::release(const backend::LeaseRef& lease) {
