@@ -152,6 +152,7 @@ RedlockBackend::RedlockBackend(Settings settings)
 backend::AcquireResult RedlockBackend::acquire(const backend::AcquireRequest& request) {
   const Keys keys = this->keys(request.key);
   const redis::AcquireArgs args(request, false, "", no_waiter_);
+  const std::size_t need = needed(request.permits);
   const auto sent = Clock::now();
   const auto answers = round({kAcquire, keys.lock.all(), everyone(args.get())},
                              std::min(settings_.command_timeout, validity(request.ttl)));
@@ -171,12 +172,11 @@ backend::AcquireResult RedlockBackend::acquire(const backend::AcquireRequest& re
       mismatch = std::current_exception();
     }
   }
-  if (!mismatch && grants.size() >= needed(request.permits)) {
+  if (!mismatch && grants.size() >= need) {
     if (auto acquired = settle(request, keys, grants, sent)) return *acquired;
   }
   undo(request, keys, grants);
   if (mismatch) std::rethrow_exception(mismatch);
-  const std::size_t need = needed(request.permits);
   if (answered(answers) < need) {
     no_majority(answers, request.key,
                 need > quorum_ ? "cannot take one of the " + std::to_string(request.permits) + " permits of"
