@@ -70,7 +70,7 @@ if(DLOCK_WITH_MYSQL)
 endif()
 if(DLOCK_WITH_REDIS)
   # The Lua scripts are files, embedded as string constants at build time: redis://'s, and
-  # redlock://'s own (which run redis://'s common.lua too).
+  # redlock://'s own (which run redis://'s common parts too).
   function(dlock_embed_lua header namespace dir common)
     list(TRANSFORM ARGN APPEND .lua OUTPUT_VARIABLE files)
     list(TRANSFORM files PREPEND ${dir}/)
@@ -85,11 +85,12 @@ if(DLOCK_WITH_REDIS)
   set(redis_lua ${PROJECT_SOURCE_DIR}/src/backends/redis/lua)
   set(redlock_lua ${PROJECT_SOURCE_DIR}/src/backends/redlock/lua)
   set(generated ${PROJECT_BINARY_DIR}/generated/backends)
+  set(redis_common "${redis_lua}/common.lua;${redis_lua}/holders.lua;${redis_lua}/queue.lua")
   dlock_embed_lua(${generated}/redis/lua_scripts.hpp dlock::backends::redis::lua ${redis_lua}
-    ${redis_lua}/common.lua
+    "${redis_common}"
     acquire refresh leave renew release inspect force_release list collect add_activity)
   dlock_embed_lua(${generated}/redlock/lua_scripts.hpp dlock::backends::redlock::lua ${redlock_lua}
-    "${redis_lua}/common.lua;${redlock_lua}/bells.lua"
+    "${redis_common};${redlock_lua}/bells.lua"
     adopt release force_release sleep leave)
   target_sources(dlock_objects PRIVATE
     src/backends/redis/connection.cpp
@@ -97,6 +98,7 @@ if(DLOCK_WITH_REDIS)
     src/backends/redis/redis_backend.cpp
     src/backends/redis/subscriber.cpp
     src/backends/redlock/activity.cpp
+    src/backends/redlock/agreement.cpp
     src/backends/redlock/redlock_backend.cpp
     src/backends/redlock/server_bell.cpp
     src/backends/redlock/servers.cpp

@@ -71,15 +71,61 @@ std::uint64_t u64(const redisReply* reply) {
   return static_cast<std::uint64_t>(std::max<std::int64_t>(integer(reply), 0));
 }
 
-LockInfo lock_info(std::string key, const redisReply* owner, const redisReply* token, const redisReply* holds,
-                   const redisReply* pttl, const redisReply* held_ms, const redisReply* waiters) {
+LockInfo holder_info(std::string key, redisReply* const* row, const redisReply* waiters) {
   // A live lock has at least a millisecond left: waiters never wait for a 0 ms lease.
-  LockInfo info{std::move(key), text(owner), u64(token), static_cast<std::uint32_t>(u64(holds)),
-                std::chrono::milliseconds(std::max<std::int64_t>(integer(pttl), 1)),
-                std::chrono::milliseconds(integer(held_ms))};
+  LockInfo info{std::move(key), text(row[0]), u64(row[1]), static_cast<std::uint32_t>(u64(row[2])),
+                std::chrono::milliseconds(std::max<std::int64_t>(integer(row[3]), 1)),
+                std::chrono::milliseconds(integer(row[4]))};
   if (waiters) info.waiters = static_cast<std::uint32_t>(u64(waiters));
   info.evicted = info.hold_count == 0;
+  info.mode = integer(row[5]) == 1 ? LockMode::shared : LockMode::exclusive;
   return info;
+}
+
+std::vector<LockInfo> holder_rows(const std::string& key, const redisReply* reply, std::size_t from) {
+  std::vector<LockInfo> holders;
+  for (std::size_t i = from; i + kRow <= reply->elements; i += kRow) holders.push_back(holder_info(key, reply->element + i));
+  return holders;
+}
+
+AcquireArgs::AcquireArgs(const backend::AcquireRequest& request, bool fair, std::string_view waiter,
+                         const std::string& alive_ms)
+    : request_(request),
+      ttl_ms_(std::to_string(request.ttl.count())),
+      permits_(std::to_string(request.permits)),
+      claim_ms_(std::to_string(backend::kWriterClaim.count())),
+      fair_(fair),
+      waiter_(waiter),
+      alive_ms_(alive_ms) {}
+
+std::vector<std::string_view> AcquireArgs::get() const {
+  const bool shared = request_.mode == LockMode::shared;
+  return {request_.key, request_.owner, ttl_ms_,  fair_ ? "1" : "0", waiter_, alive_ms_, shared ? "1" : "0",
+          permits_,     request_.waiting ? "1" : "0", claim_ms_};
+}
+
+namespace {
+std::string permits_text(std::uint32_t permits) {
+  return permits == 0 ? "no limit on shared holders (a read-write lock)"
+                      : std::to_string(permits) + " permits (a semaphore)";
+}
+}  // namespace
+
+backend::AcquireResult acquire_answer(const backend::AcquireRequest& request, const redisReply* reply) {
+  const auto& e = reply->element;
+  switch (integer(e[0])) {
+    case 1:
+      return backend::Acquired{u64(e[1]), static_cast<std::uint32_t>(u64(e[2]))};
+    case 2: {
+      const std::string key(request.key);
+      throw InvalidArgument("'" + key + "' is held with " + permits_text(static_cast<std::uint32_t>(u64(e[1]))) +
+                                " and this request asks for " + permits_text(request.permits) +
+                                ": every client of one semaphore or read-write lock must agree",
+                            key);
+    }
+    default:
+      return backend::Busy{holder_rows(std::string(request.key), reply, 3), std::chrono::milliseconds(integer(e[2]))};
+  }
 }
 
 }  // namespace dlock::backends::redis

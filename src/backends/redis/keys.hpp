@@ -12,6 +12,7 @@
 #include <vector>
 
 #include "core/url.hpp"
+#include "dlock/backend.hpp"
 #include "dlock/types.hpp"
 
 namespace dlock::backends::redis {
@@ -82,9 +83,31 @@ std::string lex_bound(char kind, std::string_view key);
 std::string random_hex();
 
 std::uint64_t u64(const redisReply* reply);
-// A holder as the scripts report it: owner, token, holds, pttl_ms, held_ms (and waiters).
-// Holds 0 marks a holder evicted with a lock delay.
-LockInfo lock_info(std::string key, const redisReply* owner, const redisReply* token, const redisReply* holds,
-                   const redisReply* pttl, const redisReply* held_ms, const redisReply* waiters = nullptr);
+
+// The scripts' rows of holders (lua/holders.lua): owner, token, holds (0: evicted with a lock
+// delay), pttl_ms, held_ms, shared (1 or 0).
+inline constexpr std::size_t kRow = 6;
+LockInfo holder_info(std::string key, redisReply* const* row, const redisReply* waiters = nullptr);
+// The rows of `reply` from element `from` on.
+std::vector<LockInfo> holder_rows(const std::string& key, const redisReply* reply, std::size_t from);
+
+// The ARGV of acquire.lua for a request (its numbers owned here).
+class AcquireArgs {
+ public:
+  AcquireArgs(const backend::AcquireRequest& request, bool fair, std::string_view waiter, const std::string& alive_ms);
+  std::vector<std::string_view> get() const;
+
+ private:
+  const backend::AcquireRequest& request_;
+  std::string ttl_ms_, permits_, claim_ms_;
+  bool fair_;
+  std::string_view waiter_;
+  const std::string& alive_ms_;
+};
+
+// acquire.lua's answer: Acquired (its token and holds), or Busy with the holders and when to
+// look again. Throws InvalidArgument, naming both counts, when the key's shared holders have
+// other permits than the request.
+backend::AcquireResult acquire_answer(const backend::AcquireRequest& request, const redisReply* reply);
 
 }  // namespace dlock::backends::redis

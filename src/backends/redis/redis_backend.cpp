@@ -62,6 +62,7 @@ class RedisBackend final : public backend::Backend, public backend::ActivityLedg
             .holds_outlive_the_client = true,
             .records_acquisition_time = true,
             .counts_waiters = true,
+            .shared_holders = true,
             .notifies_evictions = true};
   }
 
@@ -72,7 +73,7 @@ class RedisBackend final : public backend::Backend, public backend::ActivityLedg
     const std::string token = std::to_string(lease.token);
     const std::string ttl_ms = std::to_string(ttl.count());
     auto connection = take(lease.key);
-    return integer(run(*connection, kRenew, {keys.lock}, {lease.owner, token, ttl_ms}, lease.key).get()) == 1;
+    return integer(run(*connection, kRenew, {keys.lock}, {lease.owner, token, ttl_ms}, lease.key).get()) >= 1;
   }
 
   std::optional<std::uint32_t> release(const backend::LeaseRef& lease) override {
@@ -88,9 +89,9 @@ class RedisBackend final : public backend::Backend, public backend::ActivityLedg
     const LockKeys keys = lock_keys(key);
     auto connection = take(key);
     const Reply reply = run(*connection, kInspect, {keys.lock, keys.queue}, {}, key, false);
-    if (is_nil(reply.get())) return {};
-    return {lock_info(std::string(key), reply->element[0], reply->element[1], reply->element[2],
-                      reply->element[3], reply->element[4], reply->element[5])};
+    auto holders = holder_rows(std::string(key), reply.get(), 1);
+    for (auto& holder : holders) holder.waiters = static_cast<std::uint32_t>(u64(reply->element[0]));
+    return holders;
   }
 
   ListPage list(std::string_view prefix, std::string_view after, std::size_t limit) override;
@@ -103,9 +104,7 @@ class RedisBackend final : public backend::Backend, public backend::ActivityLedg
     auto connection = take(key);
     const Reply reply =
         run(*connection, kForceRelease, keys.all(), {key, delayed, store_.evicted, holder_token}, key);
-    if (is_nil(reply.get())) return {};
-    return {lock_info(std::string(key), reply->element[0], reply->element[1], reply->element[2],
-                      reply->element[3], reply->element[4])};
+    return holder_rows(std::string(key), reply.get(), 0);
   }
 
   bool watch(std::shared_ptr<backend::Events> events) override {
@@ -184,11 +183,11 @@ class RedisBackend final : public backend::Backend, public backend::ActivityLedg
     raise(e, settings_.endpoint, kName, key, writes);
   }
   // ARGV of the acquire script.
-  std::vector<std::string_view> acquire_args(const backend::AcquireRequest& request, const std::string& ttl_ms,
-                                             const std::string& waiter) const {
-    return {request.key, request.owner, ttl_ms, settings_.fair ? "1" : "0", waiter, alive_ms_};
+  AcquireArgs acquire_args(const backend::AcquireRequest& request, std::string_view waiter) const {
+    return AcquireArgs(request, settings_.fair, waiter, alive_ms_);
   }
   const std::string& alive_ms() const noexcept { return alive_ms_; }
+  const std::string& claim_ms() const noexcept { return claim_ms_; }
 
  private:
   Settings settings_;
@@ -196,6 +195,7 @@ class RedisBackend final : public backend::Backend, public backend::ActivityLedg
   Scripts scripts_;
   const StoreKeys store_{settings_.ns};
   const std::string alive_ms_ = std::to_string(kAlive.count());
+  const std::string claim_ms_ = std::to_string(backend::kWriterClaim.count());
   const std::string waiter_prefix_;
   std::atomic<std::uint64_t> waiters_{0};
   std::unique_ptr<Subscriber> subscriber_;  // force-release notices, once watched
@@ -208,7 +208,9 @@ class WaitChannel final : public backend::Waiter {
  public:
   WaitChannel(RedisBackend& backend, const backend::AcquireRequest& request)
       : backend_(backend), keys_(backend.lock_keys(request.key)), key_(request.key), id_(backend.new_waiter_id()),
-        box_(keys_.box(id_)), owner_(request.owner), ttl_(request.ttl), ttl_ms_(std::to_string(request.ttl.count())) {
+        box_(keys_.box(id_)), owner_(request.owner), ttl_ms_(std::to_string(request.ttl.count())),
+        request_{key_, owner_, request.ttl, request.mode, request.permits, /*waiting=*/true},
+        shared_(request.mode == LockMode::shared ? "1" : "0"), permits_(std::to_string(request.permits)) {
     keys_.key = key_;
   }
   ~WaitChannel() override { leave(); }
@@ -252,8 +254,9 @@ class WaitChannel final : public backend::Waiter {
   std::string box_;
   std::optional<Pool::Lease> connection_;  // taken by the first queued attempt
   const std::string owner_;
-  const std::chrono::milliseconds ttl_;
   const std::string ttl_ms_;
+  const backend::AcquireRequest request_;  // of key_ and owner_
+  const std::string shared_, permits_;     // as refresh.lua takes them
   bool first_ = true;
   bool queued_ = false;          // the server may hold an entry (or an unclaimed handoff) for this waiter
   std::optional<backend::Acquired> taken_;
@@ -265,19 +268,13 @@ class WaitChannel final : public backend::Waiter {
 
 backend::AcquireResult RedisBackend::acquire(const backend::AcquireRequest& request) {
   const LockKeys keys = lock_keys(request.key);
-  const std::string ttl_ms = std::to_string(request.ttl.count());
   auto connection = take(request.key);
-  const Reply reply = run(*connection, kAcquire, keys.all(), acquire_args(request, ttl_ms, ""), request.key);
-  const auto& e = reply->element;
-  if (integer(e[0]) == 1) return backend::Acquired{u64(e[1]), static_cast<std::uint32_t>(u64(e[2]))};
-  LockInfo holder = lock_info(std::string(request.key), e[1], e[2], e[3], e[4], e[6]);
-  const auto left = holder.ttl_left;
-  return backend::Busy{{std::move(holder)}, left};
+  const Reply reply = run(*connection, kAcquire, keys.all(), acquire_args(request, "").get(), request.key);
+  return acquire_answer(request, reply.get());
 }
 
 backend::AcquireResult WaitChannel::attempt() {
-  const backend::AcquireRequest request{key_, owner_, ttl_};
-  if (std::exchange(first_, false)) return backend_.acquire(request);
+  if (std::exchange(first_, false)) return backend_.acquire(request_);
   if (taken_) {
     auto acquired = *taken_;
     taken_.reset();
@@ -286,21 +283,17 @@ backend::AcquireResult WaitChannel::attempt() {
   Connection& c = connection();
   const auto sent = Clock::now();
   queued_ = true;  // from here until an answer says otherwise
-  const Reply reply =
-      backend_.run(c, kAcquire, script_keys(), backend_.acquire_args(request, ttl_ms_, id_), request.key);
-  const auto& e = reply->element;
-  if (integer(e[0]) == 1) {
+  const Reply reply = backend_.run(c, kAcquire, script_keys(), backend_.acquire_args(request_, id_).get(), key_);
+  auto result = acquire_answer(request_, reply.get());
+  if (auto* acquired = std::get_if<backend::Acquired>(&result)) {
     queued_ = false;
-    backend::Acquired acquired{u64(e[1]), static_cast<std::uint32_t>(u64(e[2]))};
-    if (reply->elements > 3) acquired.sent = handed_at(integer(e[3]));
-    return acquired;
+    if (reply->elements > 3) acquired->sent = handed_at(integer(reply->element[3]));
+    return result;
   }
   seen_sent_ = sent;
-  seen_server_us_ = integer(e[5]);
-  LockInfo holder = lock_info(key_, e[1], e[2], e[3], e[4], e[6]);
-  holder_until_ = sent + holder.ttl_left;
-  const auto left = holder.ttl_left;
-  return backend::Busy{{std::move(holder)}, left};
+  seen_server_us_ = integer(reply->element[1]);
+  holder_until_ = sent + std::get<backend::Busy>(result).retry_within;
+  return result;
 }
 
 bool WaitChannel::wait(Clock::time_point deadline) {
@@ -326,7 +319,9 @@ bool WaitChannel::wait(Clock::time_point deadline) {
       // A heartbeat: the entry stays alive, and the holder's lease end is read again.
       const auto sent = Clock::now();
       const Reply reply = backend_.run(connection(), kRefresh, script_keys(),
-                                       {keys_.key, owner_, ttl_ms_, id_, backend_.alive_ms()}, key_);
+                                       {keys_.key, owner_, ttl_ms_, id_, backend_.alive_ms(), shared_, permits_,
+                                        backend_.claim_ms()},
+                                       key_);
       const auto& e = reply->element;
       switch (integer(e[0])) {
         case 1:
@@ -387,12 +382,21 @@ ListPage RedisBackend::list(std::string_view prefix, std::string_view after, std
   auto connection = take(prefix);
   const Reply reply = run(*connection, kList, {store_.held}, {settings_.ns, range.min, range.max, want, cap}, prefix, false);
   ListPage page;
-  const std::size_t found = (reply->elements - 2) / 7;
-  for (std::size_t i = 0; i < found && page.locks.size() < page_max; ++i) {
-    redisReply** e = reply->element + 2 + i * 7;
-    page.locks.push_back(lock_info(text(e[0]), e[1], e[2], e[3], e[4], e[5], e[6]));
+  std::size_t keys = 0;
+  bool more = false;
+  for (std::size_t row = 2; row + kRow + 2 <= reply->elements; row += kRow + 2) {
+    redisReply** e = reply->element + row;
+    std::string key = text(e[0]);
+    if (page.locks.empty() || page.locks.back().key != key) {
+      if (keys == page_max) {
+        more = true;
+        break;
+      }
+      ++keys;
+    }
+    page.locks.push_back(holder_info(std::move(key), e + 1, e[kRow + 1]));
   }
-  if (found > page_max) {
+  if (more) {
     page.next_after = page.locks.back().key;
   } else if (integer(reply->element[0]) == 0) {
     // The scan stopped at its cap among stale entries: go on after the last one looked at.

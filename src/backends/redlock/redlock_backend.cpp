@@ -21,6 +21,7 @@
 
 #include <algorithm>
 #include <atomic>
+#include <exception>
 #include <functional>
 #include <iterator>
 #include <map>
@@ -30,10 +31,12 @@
 #include "backends/redis/keys.hpp"
 #include "backends/redis/subscriber.hpp"
 #include "backends/redlock/activity.hpp"
+#include "backends/redlock/agreement.hpp"
 #include "backends/redlock/common.hpp"
 #include "backends/redlock/server_bell.hpp"
 #include "backends/redlock/servers.hpp"
 #include "backends/redlock/settings.hpp"
+#include "dlock/errors.hpp"
 
 namespace dlock::backends {
 namespace redlock {
@@ -63,6 +66,17 @@ milliseconds backoff(milliseconds ttl) {
   return milliseconds(std::uniform_int_distribution<milliseconds::rep>(1, most.count())(random));
 }
 
+// Every answering server's holders (rows from element `from` on), in turn.
+std::vector<LockInfo> rows(const std::vector<Answer>& answers, std::string_view key, std::size_t from) {
+  std::vector<LockInfo> seen;
+  for (const auto& a : answers) {
+    if (!a.ok()) continue;
+    auto here = redis::holder_rows(std::string(key), a.reply.get(), from);
+    std::move(here.begin(), here.end(), std::back_inserter(seen));
+  }
+  return seen;
+}
+
 // A server's grant of an acquisition: the token it drew (or already had) and its hold count.
 struct Grant {
   std::size_t server;
@@ -80,6 +94,7 @@ class RedlockBackend final : public backend::Backend {
     return {.spans_processes = true,
             .holds_outlive_the_client = true,
             .records_acquisition_time = true,
+            .shared_holders = true,
             .notifies_evictions = true};
   }
   backend::AcquireResult acquire(const backend::AcquireRequest& request) override;
@@ -101,17 +116,22 @@ class RedlockBackend final : public backend::Backend {
   std::vector<Answer> round(const Request& request, milliseconds timeout) { return servers_.round(request, timeout); }
   std::vector<std::optional<Args>> everyone(const Args& args) const { return servers_.everyone(args); }
   std::vector<std::optional<Args>> no_one() const { return servers_.no_one(); }
+  // Servers whose grant a hold needs: a majority, but a semaphore of P >= 2 permits needs
+  // N - ceil(N / (P + 1)) + 1, so that any P + 1 holders share a server, which admits at most
+  // P of them (any two majorities share one, which is enough for writers and readers).
+  std::size_t needed(std::uint32_t permits) const {
+    const std::size_t n = servers_.size();
+    return permits < 2 ? quorum_ : n - (n + permits) / (permits + 1) + 1;
+  }
   std::optional<backend::Acquired> settle(const backend::AcquireRequest& request, const Keys& keys,
                                           std::vector<Grant>& grants, Clock::time_point sent);
   void undo(const backend::AcquireRequest& request, const Keys& keys, const std::vector<Grant>& grants);
-  // The holder a majority of `seen` (one entry per server) agrees on, or none; with `any`, the
-  // owner seen most when none has a majority.
-  std::vector<LockInfo> agreed(const std::vector<LockInfo>& seen, bool any = false) const;
-  // The answer to an attempt that found the key held on the servers that answered.
-  backend::Busy contended(const std::vector<LockInfo>& seen, std::size_t answered, milliseconds ttl) const;
-  [[noreturn]] void no_majority(const std::vector<Answer>& answers, std::string_view key,
-                                const std::string& what) const {
-    servers_.no_majority(answers, key, what);
+  std::vector<LockInfo> agreed(const std::vector<LockInfo>& seen, bool any = false) const {
+    return redlock::agreed(seen, quorum_, any);
+  }
+  [[noreturn]] void no_majority(const std::vector<Answer>& answers, std::string_view key, const std::string& what,
+                                std::size_t needed = 0) const {
+    servers_.no_majority(answers, key, what, needed);
   }
 
   Settings settings_;
@@ -119,6 +139,7 @@ class RedlockBackend final : public backend::Backend {
   const std::size_t quorum_ = servers_.quorum();
   const redis::StoreKeys store_{settings_.ns};
   const std::string alive_ms_ = std::to_string(kAlive.count());
+  const std::string no_waiter_ = "0";  // acquire.lua's alive_ms: redlock:// queues no one
   const std::string waiter_prefix_ = redis::random_hex();
   std::atomic<std::uint64_t> waiters_{0};
   std::vector<std::unique_ptr<redis::Subscriber>> subscribers_;  // force-release notices, one per server
@@ -128,70 +149,41 @@ class RedlockBackend final : public backend::Backend {
 RedlockBackend::RedlockBackend(Settings settings)
     : settings_(std::move(settings)), servers_(settings_.servers) {}
 
-std::vector<LockInfo> RedlockBackend::agreed(const std::vector<LockInfo>& seen, bool any) const {
-  std::map<std::string_view, std::vector<const LockInfo*>> by_owner;
-  for (const auto& info : seen) by_owner[info.owner].push_back(&info);
-  const std::vector<const LockInfo*>* top = nullptr;
-  for (const auto& [owner, infos] : by_owner) {
-    if (!top || infos.size() > top->size()) top = &infos;
-  }
-  if (!top || (top->size() < quorum_ && !any)) return {};
-  std::vector<const LockInfo*> infos = *top;
-  // Longest lease first: the lock stays held by a majority until the quorum-th of them ends.
-  std::sort(infos.begin(), infos.end(), [](const LockInfo* a, const LockInfo* b) { return a->ttl_left > b->ttl_left; });
-  LockInfo info = *infos[std::min(quorum_, infos.size()) - 1];
-  std::size_t live = 0;
-  for (const LockInfo* other : infos) {
-    info.token = std::max(info.token, other->token);
-    info.hold_count = std::max(info.hold_count, other->hold_count);
-    if (other->held_for) info.held_for = std::max(info.held_for.value_or(milliseconds(0)), *other->held_for);
-    if (!other->evicted) ++live;
-  }
-  // Evicted once it is live on fewer than a majority: no renewal of it can succeed any more.
-  info.evicted = live < infos.size() && live < quorum_;
-  if (info.evicted) info.hold_count = 0;
-  return {info};
-}
-
-backend::Busy RedlockBackend::contended(const std::vector<LockInfo>& seen, std::size_t answered, milliseconds ttl) const {
-  // Every server that answered names the same holder, a majority: sleep until its release
-  // rings or its lease ends. Otherwise the state is moving (a release or another acquisition
-  // under way on some servers, or votes split): try again after a short random back-off.
-  const bool one_holder =
-      std::all_of(seen.begin(), seen.end(), [&](const LockInfo& i) { return i.owner == seen.front().owner; });
-  if (one_holder && seen.size() == answered && seen.size() >= quorum_) {
-    auto holders = agreed(seen);
-    const auto left = holders.front().ttl_left;
-    return {std::move(holders), left};
-  }
-  auto holders = agreed(seen, true);
-  const auto retry = std::min(holders.empty() ? milliseconds::max() : holders.front().ttl_left, backoff(ttl));
-  return {std::move(holders), retry};
-}
-
 backend::AcquireResult RedlockBackend::acquire(const backend::AcquireRequest& request) {
   const Keys keys = this->keys(request.key);
-  const std::string ttl_ms = std::to_string(request.ttl.count());
+  const redis::AcquireArgs args(request, false, "", no_waiter_);
+  const std::size_t need = needed(request.permits);
   const auto sent = Clock::now();
-  const auto answers = round({kAcquire, keys.lock.all(), everyone({request.key, request.owner, ttl_ms, "0", "", "0"})},
+  const auto answers = round({kAcquire, keys.lock.all(), everyone(args.get())},
                              std::min(settings_.command_timeout, validity(request.ttl)));
   std::vector<Grant> grants;
-  std::vector<LockInfo> others;
+  std::vector<backend::Busy> refusals;
+  std::exception_ptr mismatch;
   for (std::size_t i = 0; i < answers.size(); ++i) {
     if (!answers[i].ok()) continue;
-    const auto& e = answers[i].reply->element;
-    if (integer(e[0]) == 1) {
-      grants.push_back({i, redis::u64(e[1]), static_cast<std::uint32_t>(redis::u64(e[2]))});
-    } else {
-      others.push_back(redis::lock_info(std::string(request.key), e[1], e[2], e[3], e[4], e[6]));
+    try {
+      auto result = redis::acquire_answer(request, answers[i].reply.get());
+      if (auto* acquired = std::get_if<backend::Acquired>(&result)) {
+        grants.push_back({i, acquired->token, acquired->hold_count});
+      } else {
+        refusals.push_back(std::get<backend::Busy>(std::move(result)));
+      }
+    } catch (const InvalidArgument&) {
+      mismatch = std::current_exception();
     }
   }
-  if (grants.size() >= quorum_) {
+  if (!mismatch && grants.size() >= need) {
     if (auto acquired = settle(request, keys, grants, sent)) return *acquired;
   }
   undo(request, keys, grants);
-  if (answered(answers) < quorum_) no_majority(answers, request.key, "cannot acquire");
-  return contended(others, answered(answers), request.ttl);
+  if (mismatch) std::rethrow_exception(mismatch);
+  if (answered(answers) < need) {
+    no_majority(answers, request.key,
+                need > quorum_ ? "cannot take one of the " + std::to_string(request.permits) + " permits of"
+                               : "cannot acquire",
+                need);
+  }
+  return contended(refusals, answered(answers), quorum_, backoff(request.ttl));
 }
 
 std::optional<backend::Acquired> RedlockBackend::settle(const backend::AcquireRequest& request, const Keys& keys,
@@ -204,7 +196,7 @@ std::optional<backend::Acquired> RedlockBackend::settle(const backend::AcquireRe
   }
   backend::Acquired decided{0, 1};
   for (const auto& [token, count] : reentries) {
-    if (count >= quorum_) decided.token = token;
+    if (count >= needed(request.permits)) decided.token = token;
   }
   if (decided.token != 0) {
     for (const auto& g : grants) {
@@ -237,7 +229,7 @@ std::optional<backend::Acquired> RedlockBackend::settle(const backend::AcquireRe
       ++agreeing;
     }
   }
-  if (agreeing < quorum_ || Clock::now() - sent >= validity(request.ttl)) return std::nullopt;
+  if (agreeing < needed(request.permits) || Clock::now() - sent >= validity(request.ttl)) return std::nullopt;
   return decided;
 }
 
@@ -259,13 +251,20 @@ bool RedlockBackend::renew(const backend::LeaseRef& lease, milliseconds ttl) {
   const std::string ttl_ms = std::to_string(ttl.count());
   const auto answers = round({kRenew, {keys.lock.lock}, everyone({lease.owner, token, ttl_ms})},
                              std::min(settings_.command_timeout, validity(ttl)));
+  // renew.lua answers 1 + the holder's permits: a semaphore's holder needs as many servers as
+  // its acquisition did.
   std::size_t renewed = 0, refused = 0;
+  std::int64_t permits = 0;
   for (const auto& a : answers) {
-    if (a.ok()) ++(integer(a.reply.get()) == 1 ? renewed : refused);
+    if (!a.ok()) continue;
+    const auto answer = integer(a.reply.get());
+    ++(answer >= 1 ? renewed : refused);
+    permits = std::max(permits, answer - 1);
   }
-  if (renewed >= quorum_) return true;
-  if (refused > servers_.size() - quorum_) return false;  // a majority is out of reach
-  no_majority(answers, lease.key, "cannot renew");
+  const std::size_t need = needed(static_cast<std::uint32_t>(permits));
+  if (renewed >= need) return true;
+  if (refused > servers_.size() - need) return false;  // out of reach
+  no_majority(answers, lease.key, "cannot renew", need);
 }
 
 std::optional<std::uint32_t> RedlockBackend::release(const backend::LeaseRef& lease) {
@@ -294,13 +293,7 @@ std::vector<LockInfo> RedlockBackend::inspect(std::string_view key) {
   const Keys keys = this->keys(key);
   const auto answers = round({kInspect, {keys.lock.lock, keys.lock.queue}, everyone({})}, settings_.command_timeout);
   if (answered(answers) < quorum_) no_majority(answers, key, "cannot inspect");
-  std::vector<LockInfo> seen;
-  for (const auto& a : answers) {
-    if (!a.ok() || is_nil(a.reply.get())) continue;
-    const auto& e = a.reply->element;
-    seen.push_back(redis::lock_info(std::string(key), e[0], e[1], e[2], e[3], e[4]));
-  }
-  return agreed(seen);
+  return agreed(rows(answers, key, 1));
 }
 
 std::vector<LockInfo> RedlockBackend::force_release(std::string_view key, Eviction eviction,
@@ -311,15 +304,9 @@ std::vector<LockInfo> RedlockBackend::force_release(std::string_view key, Evicti
   const auto answers = round(
       {kForceRelease, keys.with_bell(), everyone({key, alive_ms_, delayed, store_.evicted, holder_token})},
       settings_.command_timeout);
-  std::vector<LockInfo> seen;
-  for (const auto& a : answers) {
-    if (!a.ok() || is_nil(a.reply.get())) continue;
-    const auto& e = a.reply->element;
-    seen.push_back(redis::lock_info(std::string(key), e[0], e[1], e[2], e[3], e[4]));
-  }
   // Short of a majority the holder may keep the lock on the others until its lease ends.
   if (answered(answers) < quorum_) no_majority(answers, key, "cannot force-release");
-  return agreed(seen, true);
+  return agreed(rows(answers, key, 0), true);
 }
 
 bool RedlockBackend::watch(std::shared_ptr<backend::Events> events) {
@@ -353,10 +340,10 @@ ListPage RedlockBackend::list(std::string_view prefix, std::string_view after, s
   for (const auto& a : answers) {
     if (!a.ok()) continue;
     const redisReply* reply = a.reply.get();
-    for (std::size_t row = 2; row + 7 <= reply->elements; row += 7) {
+    for (std::size_t row = 2; row + redis::kRow + 2 <= reply->elements; row += redis::kRow + 2) {
       redisReply** e = reply->element + row;
       const std::string key = text(e[0]);
-      seen[key].push_back(redis::lock_info(key, e[1], e[2], e[3], e[4], e[5]));
+      seen[key].push_back(redis::holder_info(key, e + 1));
     }
     if (integer(reply->element[0]) == 0) {
       const std::string last = text(reply->element[1]);
@@ -364,11 +351,12 @@ ListPage RedlockBackend::list(std::string_view prefix, std::string_view after, s
     }
   }
   ListPage page;
+  std::size_t keys = 0;
   for (const auto& [key, infos] : seen) {
     if (looked_to && key > *looked_to) break;
     auto holders = agreed(infos);
     if (holders.empty()) continue;
-    if (page.locks.size() == page_max) {
+    if (keys++ == page_max) {
       page.next_after = page.locks.back().key;
       return page;
     }

@@ -15,7 +15,6 @@ using std::chrono::milliseconds;
 }  // namespace
 
 void ServerBell::arm() {
-  woken_ = false;
   if (server_) return;
   for (std::size_t i = 0; i < servers_.size() && !server_; ++i) {
     if (servers_.left_out(i)) continue;
@@ -31,6 +30,7 @@ void ServerBell::arm() {
 }
 
 bool ServerBell::wait_until(Clock::time_point deadline) {
+  woken_ = false;
   if (!server_) {
     // Registered nowhere: the attempt's holder lease or back-off bounds the wait.
     std::this_thread::sleep_until(std::min(deadline, Clock::now() + redis::kHeartbeat));
@@ -66,11 +66,28 @@ void ServerBell::register_here() {
   registered_ = Clock::now();
 }
 
+void ServerBell::run_leave(bool pass, bool stay) {
+  servers_.run(**connection_, kLeave, {keys_.sleepers, keys_.bell}, {id_, alive_ms_, pass ? "1" : "0", stay ? "1" : "0"});
+}
+
+void ServerBell::pass_on() noexcept {
+  if (!woken_ || !server_) return;
+  woken_ = false;
+  try {
+    run_leave(true, true);
+  } catch (...) {
+    // The bell is lost (waiters still attempt within their holder's lease or back-off); the
+    // next arm registers again.
+    server_.reset();
+    connection_.reset();
+  }
+}
+
 void ServerBell::leave(bool pass) noexcept {
   if (!server_) return;
   server_.reset();
   try {
-    servers_.run(**connection_, kLeave, {keys_.sleepers, keys_.bell}, {id_, alive_ms_, pass ? "1" : "0"});
+    run_leave(pass, false);
   } catch (...) {
     // Unreachable: the registration lapses after kAlive.
   }

@@ -30,12 +30,16 @@ class ServerBell final : public Bell {
   // Registers before the attempt that follows, so a release after it rings for this waiter.
   void arm() override;
   bool wait_until(std::chrono::steady_clock::time_point deadline) override;
+  // Rings again for another waiter, staying registered: this waiter keeps its place.
+  void pass_on() noexcept override;
   void abandon() noexcept override { leave(woken_); }
 
  private:
   void register_here();
   // Drops the registration, passing on a bell this waiter took and will not use.
   void leave(bool pass) noexcept;
+  // leave.lua: pass a bell on, staying registered or not.
+  void run_leave(bool pass, bool stay);
 
   Servers& servers_;
   Keys keys_;
@@ -44,7 +48,7 @@ class ServerBell final : public Bell {
   std::optional<std::size_t> server_;  // where this waiter is registered
   std::optional<redis::Pool::Lease> connection_;
   std::chrono::steady_clock::time_point registered_;
-  bool woken_ = false;  // took a bell since the last attempt
+  bool woken_ = false;  // the last wait took a bell, not passed on since
 };
 
 }  // namespace dlock::backends::redlock

@@ -96,7 +96,7 @@ std::vector<Answer> Servers::round(const Request& request, milliseconds timeout)
 }
 
 void Servers::no_majority(const std::vector<Answer>& answers, std::size_t reached, std::string_view key,
-                          const std::string& what) const {
+                          const std::string& what, std::size_t needed) const {
   // An error reply (credentials, permissions, a replica) says more than an unreachable server.
   for (std::size_t i = 0; i < answers.size(); ++i) {
     if (answers[i].error && !answers[i].error->connection) {
@@ -109,7 +109,9 @@ void Servers::no_majority(const std::vector<Answer>& answers, std::size_t reache
   }
   throw ConnectionError("redlock:// " + what + (key.empty() ? "" : " '" + std::string(key) + "'") + ": " +
                             std::to_string(reached) + " of " + std::to_string(servers_.size()) +
-                            " servers answered, and it takes a majority (" + std::to_string(quorum_) + ")" + why,
+                            " servers answered, and it takes " +
+                            (needed > quorum_ ? std::to_string(needed) : "a majority (" + std::to_string(quorum_) + ")") +
+                            why,
                         kName, std::string(key));
 }
 

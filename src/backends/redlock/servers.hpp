@@ -74,11 +74,12 @@ class Servers {
     return scripts_.run(connection, script, keys, args);
   }
 
-  // Throws the error of a round that fell short of a majority: an error reply (credentials,
-  // permissions, a replica) as such, else ConnectionError naming every server's failure.
-  [[noreturn]] void no_majority(const std::vector<Answer>& answers, std::string_view key,
-                                const std::string& what) const {
-    no_majority(answers, answered(answers), key, what);
+  // Throws the error of a round that fell short of a majority (or of `needed` servers, when
+  // more): an error reply (credentials, permissions, a replica) as such, else ConnectionError
+  // naming every server's failure.
+  [[noreturn]] void no_majority(const std::vector<Answer>& answers, std::string_view key, const std::string& what,
+                                std::size_t needed = 0) const {
+    no_majority(answers, answered(answers), key, what, needed);
   }
 
  private:
@@ -92,7 +93,7 @@ class Servers {
 
   // `reached` servers answered, the others' errors are in `answers`.
   [[noreturn]] void no_majority(const std::vector<Answer>& answers, std::size_t reached, std::string_view key,
-                                const std::string& what) const;
+                                const std::string& what, std::size_t needed = 0) const;
 
   std::vector<std::unique_ptr<Server>> servers_;
   std::size_t quorum_;

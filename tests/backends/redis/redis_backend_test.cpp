@@ -2,7 +2,8 @@
 // lock, a restart without persistence (the holder learns of the loss), set-up errors (TLS,
 // credentials, an unreachable server), sockets close-on-exec, fencing after expiry and
 // collect_idle, force-release (at once, with a lock delay, its notices), a waiter killed with
-// -9, fair mode's FIFO order, and 64 waiters on one key.
+// -9, fair mode's FIFO order (and its readers behind a waiting writer), and 64 waiters on one
+// key.
 //
 // The shared server is the one scripts/servers/redis.sh starts (scripts/test.sh does), named by
 //   DLOCK_REDIS_URL        ACL user with every command (every case needs it, or skips)
@@ -546,6 +547,50 @@ TEST_F(Redis, FairModeHandsTheKeyOverInFifoOrder) {
     EXPECT_EQ(named->owner, "queued-" + run_);
   }
   EXPECT_TRUE(waiting.get()) << "the queued waiter did not get the key";
+}
+
+// fair=true with shared holds: readers queued before a waiting writer are passed over while its
+// claim lives (backend.hpp: it refuses new shared holders), and once the writer leaves, every
+// queued reader, before it and after it, gets the key at once.
+TEST_F(Redis, FairModeServesAWaitingWriterThenTheQueuedReadersTogether) {
+  const std::string url = with_option(url_, "fair=true");
+  Client holder = Client::open(url);
+  Raw raw(url_);
+  const std::string k = key();
+  Lease lease = holder.acquire(k, {.ttl = 30s});
+  const std::vector<LockMode> modes = {LockMode::shared, LockMode::shared, LockMode::exclusive, LockMode::shared};
+  std::atomic<int> readers_in{0}, readers_entered{0}, most{0}, before_writer{-1};
+  std::vector<std::thread> threads;
+  for (std::size_t i = 0; i < modes.size(); ++i) {
+    threads.emplace_back([&, i] {
+      try {
+        Client client = Client::open(url);
+        auto attempt = client.try_acquire_for(k, 30s, {.ttl = 10s, .mode = modes[i]});
+        if (!attempt) return ADD_FAILURE() << "waiter " << i << " never got the key";
+        if (modes[i] == LockMode::exclusive) {
+          before_writer = readers_entered.load();
+          std::this_thread::sleep_for(100ms);
+        } else {
+          ++readers_entered;
+          const int now = ++readers_in;
+          int seen = most.load();
+          while (seen < now && !most.compare_exchange_weak(seen, now)) {
+          }
+          eventually([&] { return most.load() == 3; }, 5s);
+          --readers_in;
+        }
+        attempt.lease().release();
+      } catch (const std::exception& e) {
+        ADD_FAILURE() << e.what();
+      }
+    });
+    ASSERT_TRUE(eventually([&] { return raw.queued(k) == static_cast<long long>(i) + 1; }, 5s))
+        << "waiter " << i << " never queued";
+  }
+  lease.release();
+  for (auto& thread : threads) thread.join();
+  EXPECT_EQ(before_writer.load(), 0) << "readers went before the waiting writer's claim";
+  EXPECT_EQ(most.load(), 3) << "the queued readers did not hold the key together";
 }
 
 // 64 waiters on one key: each gets it exactly once, never two at a time, tokens rising in the

@@ -1,8 +1,9 @@
 // redlock:// on private Redis servers of each test (3 or 5, scripts/servers/redis.sh), through
 // the public API: a minority of servers killed (locks keep working, the holder keeps its
 // lease), a majority killed (a clean, prompt failure, and recovery once they return), a hung
-// server (one timeout, then left out), fencing tokens when the servers' counters differ, and
-// credentials. The conformance suite runs on redlock:// too (DLOCK_TEST_URLS).
+// server (one timeout, then left out), fencing tokens when the servers' counters differ, the
+// servers a semaphore needs, and credentials. The conformance suite runs on redlock:// too
+// (DLOCK_TEST_URLS).
 //
 // Every case skips without DLOCK_REDIS_URL (scripts/test.sh sets it when it runs Redis).
 
@@ -18,6 +19,7 @@
 #include "core/url.hpp"
 #include "dlock/client.hpp"
 #include "dlock/errors.hpp"
+#include "dlock/shared_lock.hpp"
 #include "support/holders.hpp"
 #include "support/redis_servers.hpp"
 #include "support/server_test.hpp"
@@ -250,6 +252,39 @@ TEST_F(Redlock, FencingTokensRiseWhenTheServersCountersDiffer) {
   lease.release();
   servers_->kill(0);
   EXPECT_GT(client.acquire(k, {.ttl = 10s}).token(), second) << "a majority without server 0 went back";
+}
+
+// Three holders of a semaphore of 2 could each hold a different pair of 3 servers, every
+// server admitting 2 of them: so a semaphore of 2 takes every server's grant, while readers and
+// a semaphore of 1 need a majority, as writers do.
+TEST_F(Redlock, ASemaphoreOfTwoTakesEveryServerOfThree) {
+  start(3);
+  if (IsSkipped()) return;
+  Client client = Client::open(url_);
+  const std::string k = key();
+  const std::string shared = "dlock:{" + k + "}:sh";
+  // x holds servers 0 and 1, y servers 1 and 2: server 1 is full, 0 and 2 have a permit left.
+  const std::string x = "9999999999999 1 0 2 x", y = "9999999999999 1 0 2 y";
+  raw(servers_->url(0), {"HSET", shared, "1", x});
+  raw(servers_->url(1), {"HSET", shared, "1", x, "2", y});
+  raw(servers_->url(2), {"HSET", shared, "2", y});
+  for (int i = 0; i < 3; ++i) raw(servers_->url(i), {"SET", "dlock:{" + k + "}:seq", "2"});
+  auto third = client.semaphore(k, 2);
+  EXPECT_FALSE(third.try_acquire()) << "a third holder of a semaphore of 2, on servers 0 and 2";
+  for (int i = 0; i < 3; ++i) raw(servers_->url(i), {"DEL", shared});
+
+  servers_->kill(0);
+  Lease reader = client.acquire(k, {.mode = LockMode::shared});
+  reader.release();
+  auto one = client.semaphore(k, 1);
+  ASSERT_TRUE(one.try_acquire()) << "a semaphore of 1 needs a majority only";
+  one.release();
+  try {
+    third.try_acquire();
+    FAIL() << "a semaphore of 2 held with one of three servers down";
+  } catch (const ConnectionError& e) {
+    EXPECT_NE(std::string(e.what()).find("2 of 3 servers answered, and it takes 3"), std::string::npos) << e.what();
+  }
 }
 
 TEST_F(Redlock, WrongPasswordIsAClearErrorWithoutThePassword) {

@@ -1,5 +1,4 @@
--- KEYS[1] the lock, KEYS[2] its queue. {owner, token, holds (0: evicted), pttl_ms, held_ms,
--- waiters}, or nil when free.
-local o, t, holds, at = read_lock(KEYS[1])
-if not o then return nil end
-return {o, t, holds, redis.call('PTTL', KEYS[1]), held_ms(at), redis.call('LLEN', KEYS[2])}
+-- KEYS[1] the lock, KEYS[2] its queue. {waiters, rows...} (holders.lua's rows; none when free).
+local L = named(KEYS[1])
+local x, s = holders_of(L)
+return rows(L, x, s, {redis.call('LLEN', KEYS[2])})

@@ -1,6 +1,8 @@
--- KEYS[1] the lock; ARGV: owner, token, ttl_ms. 1 when the lease was (owner, token)'s and now
--- ends ttl_ms from now, 0 when it is no longer theirs (gone, taken over, or evicted).
-local o, t, holds = read_lock(KEYS[1])
-if o ~= ARGV[1] or t ~= ARGV[2] or holds == 0 then return 0 end
-redis.call('PEXPIRE', KEYS[1], ARGV[3])
-return 1
+-- KEYS[1] the lock; ARGV: owner, token, ttl_ms. 0 when the lease is no longer (owner, token)'s
+-- (gone, taken over, or evicted); otherwise it now ends ttl_ms from now, and the answer is 1 +
+-- the holder's permits (0 for a writer or a reader), which redlock:// needs.
+local L = named(KEYS[1])
+local h = find(L, ARGV[1], ARGV[2])
+if not h or h.holds == 0 then return 0 end
+extend(L, h, ARGV[3], false)
+return 1 + (h.permits or 0)
