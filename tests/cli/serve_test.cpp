@@ -340,10 +340,10 @@ TEST_F(ServeTest, HealthzAnswers) {
   const bool session = backend_ == "zookeeper" || contains(url_, "mode=session");
   EXPECT_EQ(field(capabilities, "lease_is_the_session"), session) << url_ << ": " << capabilities;
   EXPECT_EQ(field(capabilities, "spans_processes"), true) << capabilities;
-  // mysql:// keeps several holders per key in lease mode; in row mode a key is one row of the
-  // user's table, with one owner.
+  // mysql:// keeps several holders per key in lease and session modes; in row mode a key is one
+  // row of the user's table, with one owner.
   const bool mysql = backend_ == "mysql" || backend_ == "mariadb";
-  const bool shared = mysql && !contains(url_, "mode=row") && !contains(url_, "mode=session");
+  const bool shared = mysql && !contains(url_, "mode=row");
   EXPECT_EQ(field(capabilities, "shared_holders"), shared) << url_ << ": " << capabilities;
   EXPECT_EQ(reply.doc.size(), 3u) << "more than ok, the scheme and the capabilities: " << reply.body;
   stop();

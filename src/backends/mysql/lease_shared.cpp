@@ -12,19 +12,6 @@ namespace {
 // How soon to look again at a key between holders (a woken waiter is taking it over).
 constexpr std::chrono::milliseconds kRecheck{50};
 
-std::string permits_text(std::uint32_t permits) {
-  return permits == 0 ? "no limit on shared holders (a read-write lock)"
-                      : std::to_string(permits) + " permits (a semaphore)";
-}
-
-// The soonest a holder's lease ends, or `none` without holders.
-std::chrono::milliseconds soonest_end(const std::vector<LockInfo>& holders, std::chrono::milliseconds none) {
-  if (holders.empty()) return none;
-  auto soonest = holders.front().ttl_left;
-  for (const LockInfo& h : holders) soonest = std::min(soonest, h.ttl_left);
-  return soonest;
-}
-
 }  // namespace
 
 LeaseShared::LeaseShared(ModeBackend& backend, const std::string& table) : backend_(backend) {
@@ -73,9 +60,7 @@ LeaseShared::LeaseShared(ModeBackend& backend, const std::string& table) : backe
   mark_shared_ = "UPDATE " + t + " SET acquired_at = IF(" + still_shared + ", acquired_at, " + now + "),"
                  " expires_at = IF(" + still_shared + ", GREATEST(expires_at, " + now + until + "), " + now + until + "),"
                  " token = ?, hold_count = 1, doorbell = 0, session_id = 0, owner = " + shared + " WHERE name = ?";
-  // Parameters: key, token, claim in microseconds.
-  claim_ = "INSERT INTO " + c + " (name, token, expires_at) VALUES (?, ?, " + now + until + ")"
-           " ON DUPLICATE KEY UPDATE token = VALUES(token), expires_at = VALUES(expires_at)";
+  claim_ = claim_sql(table);
   // The key's row first (STRAIGHT_JOIN), as every shared step locks it. Parameters: ttl, ttl,
   // key, owner, token.
   renew_ = "UPDATE " + t + " AS t STRAIGHT_JOIN " + s + " AS s ON s.name = t.name"
@@ -137,20 +122,13 @@ backend::AcquireResult LeaseShared::acquire(Connection& connection, const backen
         if (row[5] == std::optional<std::string>("1")) return backend::Busy{{}, kRecheck};
         std::optional<std::uint32_t> permits;
         auto holders = live ? locked_holders(connection, r.key, &permits) : std::vector<LockInfo>{};
-        for (const LockInfo& h : holders) {
-          if (h.owner != r.owner || h.hold_count == 0) continue;
-          connection.execute(reenter_shared_, {ttl, ttl, r.key, static_cast<std::int64_t>(h.token)});
-          return backend::Acquired{h.token, h.hold_count + 1};
+        const auto claim = row[6] ? std::optional(ceil_ms(row[6])) : std::nullopt;
+        auto verdict = judge_shared(r, holders, permits, claim, kRecheck);
+        if (verdict.busy) return std::move(*verdict.busy);
+        if (const LockInfo* mine = verdict.reenter) {
+          connection.execute(reenter_shared_, {ttl, ttl, r.key, static_cast<std::int64_t>(mine->token)});
+          return backend::Acquired{mine->token, mine->hold_count + 1};
         }
-        if (permits && *permits != r.permits) {
-          throw InvalidArgument("'" + std::string(r.key) + "' is held with " + permits_text(*permits) +
-                                    " and this request asks for " + permits_text(r.permits) +
-                                    ": every client of one semaphore or read-write lock must agree",
-                                std::string(r.key));
-        }
-        const auto retry = soonest_end(holders, kRecheck);
-        if (row[6]) return backend::Busy{std::move(holders), std::min(retry, ceil_ms(row[6]))};
-        if (r.permits != 0 && holders.size() >= r.permits) return backend::Busy{std::move(holders), retry};
         const auto token = static_cast<std::int64_t>(key.token + 1);
         connection.execute(add_holder_, {r.key, token, r.owner, static_cast<std::int64_t>(r.permits), ttl});
         connection.execute(mark_shared_, {ttl, ttl, token, r.key});

@@ -20,9 +20,6 @@
 
 namespace dlock::backends::mysql {
 
-// The owner of a key's row while shared holders hold it: with a space, which no owner has.
-inline constexpr std::string_view kSharedOwner = " shared";
-
 class LeaseShared {
  public:
   LeaseShared(ModeBackend& backend, const std::string& table);

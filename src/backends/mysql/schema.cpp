@@ -88,6 +88,19 @@ std::string lock_table_schema(const std::string& table) {
          ") ENGINE=MEMORY;\n"
          "CREATE TABLE IF NOT EXISTS `" +
          table +
+         "_holders` (                              -- the holders of a key held shared (read locks,\n"
+         "  name        VARBINARY(1024) NOT NULL,        -- semaphore permits); the key's row then names\n"
+         "  token       BIGINT UNSIGNED NOT NULL,        -- the owner ' shared'\n"
+         "  owner       VARBINARY(128)  NOT NULL,\n"
+         "  hold_count  INT UNSIGNED    NOT NULL,        -- 0: evicted with a lock delay\n"
+         "  permits     INT UNSIGNED    NOT NULL,        -- a semaphore's; 0: no limit (readers)\n"
+         "  acquired_at DATETIME(6)     NOT NULL,\n"
+         "  expires_at  DATETIME(6)     NOT NULL,\n"
+         "  session_id  BIGINT UNSIGNED NOT NULL,        -- the connection holding the holder's lock\n"
+         "  PRIMARY KEY (name, token) USING BTREE\n"
+         ") ENGINE=MEMORY;\n"
+         "CREATE TABLE IF NOT EXISTS `" +
+         table +
          "_epoch` (                                -- empty after a restart: a new epoch begins\n"
          "  id TINYINT UNSIGNED NOT NULL PRIMARY KEY,\n"
          "  v  BIGINT UNSIGNED  NOT NULL                 -- the token floor of this epoch\n"
