@@ -93,45 +93,6 @@ void raise(const SqlError& e, const Settings& settings, std::string_view key) {
   throw BackendError("MySQL failed on " + url + detail, kName, std::string(key), ModeBackend::retryable(e));
 }
 
-namespace {
-
-std::string permits_text(std::uint32_t permits) {
-  return permits == 0 ? "no limit on shared holders (a read-write lock)"
-                      : std::to_string(permits) + " permits (a semaphore)";
-}
-
-}  // namespace
-
-std::chrono::milliseconds soonest_end(const std::vector<LockInfo>& holders, std::chrono::milliseconds none) {
-  if (holders.empty()) return none;
-  auto soonest = holders.front().ttl_left;
-  for (const LockInfo& h : holders) soonest = std::min(soonest, h.ttl_left);
-  return soonest;
-}
-
-std::string claim_sql(const std::string& table) {
-  return "INSERT INTO `" + table + "_claim` (name, token, expires_at) VALUES (?, ?, UTC_TIMESTAMP(6) + INTERVAL ?"
-         " MICROSECOND) ON DUPLICATE KEY UPDATE token = VALUES(token), expires_at = VALUES(expires_at)";
-}
-
-SharedVerdict judge_shared(const backend::AcquireRequest& r, std::vector<LockInfo>& holders,
-                           std::optional<std::uint32_t> permits, std::optional<std::chrono::milliseconds> claim_left,
-                           std::chrono::milliseconds none_left) {
-  for (const LockInfo& h : holders) {
-    if (h.owner == r.owner && h.hold_count > 0) return {&h, std::nullopt};
-  }
-  if (permits && *permits != r.permits) {
-    throw InvalidArgument("'" + std::string(r.key) + "' is held with " + permits_text(*permits) +
-                              " and this request asks for " + permits_text(r.permits) +
-                              ": every client of one semaphore or read-write lock must agree",
-                          std::string(r.key));
-  }
-  const auto retry = soonest_end(holders, none_left);
-  if (claim_left) return {nullptr, backend::Busy{holders, std::min(retry, *claim_left)}};
-  if (r.permits != 0 && holders.size() >= r.permits) return {nullptr, backend::Busy{holders, retry}};
-  return {};
-}
-
 bool ModeBackend::retryable(const SqlError& e) { return e.code == ER_LOCK_DEADLOCK || e.code == ER_LOCK_WAIT_TIMEOUT; }
 
 std::string ModeBackend::bell_name(std::string_view key) const {
@@ -431,9 +392,10 @@ void ModeBackend::ensure_lock_table(Connection& connection, bool session_tables)
   } catch (const SqlError& e) {
     if (e.code == ER_TABLEACCESS_DENIED_ERROR || e.code == ER_DBACCESS_DENIED_ERROR ||
         e.code == ER_SPECIFIC_ACCESS_DENIED_ERROR) {
-      throw ConfigurationError("table '" + table + "' does not exist and user '" + settings_.connect.user +
-                                   "' may not create it (MySQL error " + std::to_string(e.code) + ": " + e.message +
-                                   "); have someone " + fix,
+      // Missing altogether, or made by an earlier dlock that had fewer tables.
+      throw ConfigurationError("the lock tables of '" + table + "' are not all there (" + e_missing + ") and user '" +
+                                   settings_.connect.user + "' may not create them (MySQL error " +
+                                   std::to_string(e.code) + ": " + e.message + "); have someone " + fix,
                                kName);
     }
     raise(e, settings_);

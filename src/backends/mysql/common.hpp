@@ -66,27 +66,6 @@ std::uint64_t to_u64(const std::optional<std::string>& text);
 // password never appears (messages use the redacted URL).
 [[noreturn]] void raise(const SqlError& e, const Settings& settings, std::string_view key = {});
 
-// The owner of a key's row while shared holders hold it (lease and session modes): with a
-// space, which no owner has. The holders are rows of a table of their own.
-inline constexpr std::string_view kSharedOwner = " shared";
-
-// backend.hpp's rules for a shared request, once the key has no live exclusive holder, from its
-// live shared holders, their permits and a live writer's claim's time left: the owner's hold to
-// re-enter, or Busy, or neither (a new shared hold). Throws InvalidArgument when the permits
-// differ. `none_left` is how soon to look again at a key whose holders are none to name.
-struct SharedVerdict {
-  const LockInfo* reenter = nullptr;
-  std::optional<backend::Busy> busy;
-};
-SharedVerdict judge_shared(const backend::AcquireRequest& request, std::vector<LockInfo>& holders,
-                           std::optional<std::uint32_t> permits, std::optional<std::chrono::milliseconds> claim_left,
-                           std::chrono::milliseconds none_left);
-// Places a waiting writer's claim (lease and session modes: `TABLE_claim`). Parameters: key,
-// the key's token, the claim in microseconds.
-std::string claim_sql(const std::string& table);
-// The soonest a holder's lease ends, or `none` without holders.
-std::chrono::milliseconds soonest_end(const std::vector<LockInfo>& holders, std::chrono::milliseconds none);
-
 class DoorbellChannel;
 
 // The base of every mode: the pool, the sessions that hold doorbells, retries.

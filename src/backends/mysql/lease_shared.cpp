@@ -2,19 +2,8 @@
 
 #include "backends/mysql/lease_shared.hpp"
 
-#include <algorithm>
-
-#include "dlock/errors.hpp"
-
 namespace dlock::backends::mysql {
-namespace {
-
-// How soon to look again at a key between holders (a woken waiter is taking it over).
-constexpr std::chrono::milliseconds kRecheck{50};
-
-}  // namespace
-
-LeaseShared::LeaseShared(ModeBackend& backend, const std::string& table) : backend_(backend) {
+LeaseShared::LeaseShared(ModeBackend& backend, const std::string& table) : SharedHolds(backend, table) {
   const std::string t = "`" + table + "`";
   const std::string s = "`" + table + "_shared`";
   const std::string c = "`" + table + "_claim`";
@@ -60,7 +49,6 @@ LeaseShared::LeaseShared(ModeBackend& backend, const std::string& table) : backe
   mark_shared_ = "UPDATE " + t + " SET acquired_at = IF(" + still_shared + ", acquired_at, " + now + "),"
                  " expires_at = IF(" + still_shared + ", GREATEST(expires_at, " + now + until + "), " + now + until + "),"
                  " token = ?, hold_count = 1, doorbell = 0, session_id = 0, owner = " + shared + " WHERE name = ?";
-  claim_ = claim_sql(table);
   // The key's row first (STRAIGHT_JOIN), as every shared step locks it. Parameters: ttl, ttl,
   // key, owner, token.
   renew_ = "UPDATE " + t + " AS t STRAIGHT_JOIN " + s + " AS s ON s.name = t.name"
@@ -119,11 +107,11 @@ backend::AcquireResult LeaseShared::acquire(Connection& connection, const backen
           const auto left = key.ttl_left;
           return backend::Busy{{std::move(key)}, left};
         }
-        if (row[5] == std::optional<std::string>("1")) return backend::Busy{{}, kRecheck};
+        if (row[5] == std::optional<std::string>("1")) return backend::Busy{{}, kSharedRecheck};
         std::optional<std::uint32_t> permits;
         auto holders = live ? locked_holders(connection, r.key, &permits) : std::vector<LockInfo>{};
         const auto claim = row[6] ? std::optional(ceil_ms(row[6])) : std::nullopt;
-        auto verdict = judge_shared(r, holders, permits, claim, kRecheck);
+        auto verdict = judge_shared(r, holders, permits, claim, kSharedRecheck);
         if (verdict.busy) return std::move(*verdict.busy);
         if (const LockInfo* mine = verdict.reenter) {
           connection.execute(reenter_shared_, {ttl, ttl, r.key, static_cast<std::int64_t>(mine->token)});
@@ -138,19 +126,6 @@ backend::AcquireResult LeaseShared::acquire(Connection& connection, const backen
     if (result) return *result;
     backend_.with_retries(r.key, [&] { return connection.execute(add_row_, {r.key}); });
   }
-}
-
-backend::Busy LeaseShared::writer_refused(Connection& connection, const backend::AcquireRequest& request,
-                                          std::uint64_t token) {
-  auto seen = holders(connection, request.key);
-  auto retry = soonest_end(seen, kRecheck);
-  if (request.waiting) {
-    backend_.with_retries(request.key, [&] {
-      return connection.execute(claim_, {request.key, static_cast<std::int64_t>(token), ttl_us(backend::kWriterClaim)});
-    });
-    retry = std::min<std::chrono::milliseconds>(retry, backend::kWriterClaim / 2);
-  }
-  return backend::Busy{std::move(seen), retry};
 }
 
 std::vector<LockInfo> LeaseShared::holders(Connection& connection, std::string_view key) {

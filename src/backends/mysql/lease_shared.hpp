@@ -16,36 +16,24 @@
 #include <string_view>
 #include <vector>
 
-#include "backends/mysql/common.hpp"
+#include "backends/mysql/shared_holds.hpp"
 
 namespace dlock::backends::mysql {
 
-class LeaseShared {
+class LeaseShared final : public SharedHolds {
  public:
   LeaseShared(ModeBackend& backend, const std::string& table);
 
-  // One shared attempt, in one transaction: a re-entry (of the owner's shared hold, or of its
-  // exclusive one: a writer may also read), a new shared hold, or Busy.
-  backend::AcquireResult acquire(Connection& connection, const backend::AcquireRequest& request);
-  // An exclusive request found the key held shared (its row's token `token`): Busy with the
-  // shared holders, and from a waiting writer, its claim.
-  backend::Busy writer_refused(Connection& connection, const backend::AcquireRequest& request, std::uint64_t token);
-  // The live shared holders of the key (none unless its row is kSharedOwner's).
-  std::vector<LockInfo> holders(Connection& connection, std::string_view key);
-  bool renew(Connection& connection, const backend::LeaseRef& lease, std::chrono::milliseconds ttl);
-  struct Released {
-    bool found = false;                 // the lease was a live shared hold
-    std::optional<std::uint32_t> left;  // as Backend::release (nothing: it was evicted)
-  };
-  Released release(Connection& connection, const backend::LeaseRef& lease);
-  // Nothing when the key is not held shared.
+  // In one transaction: a re-entry (of the owner's shared hold, or of its exclusive one: a
+  // writer may also read), a new shared hold, or Busy.
+  backend::AcquireResult acquire(Connection& connection, const backend::AcquireRequest& request) override;
+  // None unless the key's row is kSharedOwner's.
+  std::vector<LockInfo> holders(Connection& connection, std::string_view key) override;
+  bool renew(Connection& connection, const backend::LeaseRef& lease, std::chrono::milliseconds ttl) override;
+  Released release(Connection& connection, const backend::LeaseRef& lease) override;
   std::optional<std::vector<LockInfo>> force_release(Connection& connection, std::string_view key, Eviction eviction,
-                                                     std::optional<std::uint64_t> token);
-  // lease mode's `list`, exclusive and shared holders (list_page's form; column 6 is 1 for a
-  // shared holder).
-  const std::string& list_bounded() const { return list_bounded_; }
-  const std::string& list_open() const { return list_open_; }
-  // Parts of collect_idle's transaction: leases and claims that ran out by `cutoff`.
+                                                     std::optional<std::uint64_t> token) override;
+  // Part of collect_idle's transaction: leases and claims that ran out by `cutoff`.
   void remove_idle(Connection& connection, std::string_view cutoff);
 
  private:
@@ -56,10 +44,9 @@ class LeaseShared {
   // After a shared hold ended: the row keeps the latest expiry left, or is freed.
   void settle(Connection& connection, std::string_view key);
 
-  ModeBackend& backend_;
   std::string lock_key_, add_row_, holders_, locked_holders_, reenter_exclusive_, reenter_shared_, add_holder_,
-      mark_shared_, claim_, renew_, find_hold_, drop_hold_, delete_hold_, evict_hold_, settle_, held_shared_,
-      list_bounded_, list_open_, idle_holds_, idle_claims_;
+      mark_shared_, renew_, find_hold_, drop_hold_, delete_hold_, evict_hold_, settle_, held_shared_, idle_holds_,
+      idle_claims_;
 };
 
 }  // namespace dlock::backends::mysql

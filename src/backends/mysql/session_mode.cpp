@@ -213,7 +213,8 @@ class SessionBackend final : public ModeBackend {
     const std::int64_t known = remembered(request.key, request.owner) == connection->serial() ? 1 : 0;
     const std::int64_t ttl = ttl_us(request.ttl);
     const auto look = [&] {
-      return with_retries(request.key, [&] { return connection->query(sql_.conflict, {bell, bell, bell, request.key, bell, bell, request.key});
+      return with_retries(request.key, [&] {
+        return connection->query(sql_.conflict, {bell, bell, bell, request.key, bell, bell, request.key});
       });
     };
     Outcome outcome;

@@ -2,16 +2,11 @@
 
 #include "backends/mysql/session_shared.hpp"
 
-#include <algorithm>
-
 #include "dlock/errors.hpp"
 
 namespace dlock::backends::mysql {
 namespace {
 
-// How soon to look again at a key whose holders are none to name (a shared step under way, a
-// woken waiter taking over).
-constexpr std::chrono::milliseconds kRecheck{50};
 // How long a shared step waits for another one of the same key to end.
 constexpr std::int64_t kGateWaitS = 5;
 // What a holder whose renewals are overdue reports as its time left (session_mode.cpp).
@@ -45,7 +40,7 @@ std::string SessionShared::held_sql(const std::string& table, bool lock_delay) {
 }
 
 SessionShared::SessionShared(ModeBackend& backend, const std::string& table, bool lock_delay, Hooks hooks)
-    : backend_(backend), hooks_(std::move(hooks)) {
+    : SharedHolds(backend, table), hooks_(std::move(hooks)) {
   const std::string t = "`" + table + "_session`";
   const std::string h = "`" + table + "_holders`";
   const std::string c = "`" + table + "_claim`";
@@ -90,7 +85,6 @@ SessionShared::SessionShared(ModeBackend& backend, const std::string& table, boo
   add_holder_ = "INSERT INTO " + h + " (name, token, owner, hold_count, permits, acquired_at, expires_at, session_id)"
                 " SELECT ?, ?, ?, 1, ?, " + kNow + ", " + kNow + until + ", CONNECTION_ID() FROM DUAL"
                 " WHERE GET_LOCK(CONCAT(?, ':', ?), 0) = 1";
-  claim_ = claim_sql(table);
   // Parameters: ttl, key, owner, token, bell.
   renew_ = "UPDATE " + h + " SET expires_at = " + kNow + until + " WHERE name = ? AND owner = ? AND token = ?"
            " AND hold_count > 0 AND IS_USED_LOCK(CONCAT(?, ':', token)) <=> session_id";
@@ -108,8 +102,9 @@ SessionShared::SessionShared(ModeBackend& backend, const std::string& table, boo
             shared + " AND NOT EXISTS (SELECT 1 FROM " + h + " AS s WHERE s.name = ? AND " + live(lock_delay) + ")";
   // Parameter: key.
   held_shared_ = "SELECT owner = " + shared + " FROM " + t + " WHERE name = ?";
-  // A page of keys (the inner LIMIT), each with its exclusive holder or its shared ones; their
-  // sessions are checked by the caller, which can name the locks.
+  // A page of keys (the inner LIMIT), each with its exclusive holder or its shared ones: (key,
+  // owner, token, holds, left, held for, session, unexpired, shared). Their sessions are
+  // checked by the caller, which can name the locks.
   const auto list = [&](const std::string& range) {
     const auto either = [](const std::string& column) { return "IF(k.sh, s." + column + ", k." + column + ")"; };
     return "SELECT k.name, " + either("owner") + ", " + either("token") + ", " + either("hold_count") + ", " +
@@ -162,7 +157,7 @@ backend::AcquireResult SessionShared::acquire(Connection& connection, const back
         // Evicted, its lease over, its session still holding the bell: end it, as an exclusive
         // acquire does.
         hooks_.kill(connection, r.key, to_u64(row[7]));
-        return backend::Busy{{std::move(key)}, kRecheck};
+        return backend::Busy{{std::move(key)}, kSharedRecheck};
       }
       if (row[5] == yes) {
         const auto left = key.ttl_left;
@@ -172,14 +167,14 @@ backend::AcquireResult SessionShared::acquire(Connection& connection, const back
       std::optional<std::uint32_t> permits;
       auto holders = key.owner == kSharedOwner ? read_holders(connection, r.key, bell, &permits) : std::vector<LockInfo>{};
       const auto claim = row[8] ? std::optional(ceil_ms(row[8])) : std::nullopt;
-      auto verdict = judge_shared(r, holders, permits, claim, kRecheck);
+      auto verdict = judge_shared(r, holders, permits, claim, kSharedRecheck);
       if (verdict.busy) return std::move(*verdict.busy);
       if (const LockInfo* mine = verdict.reenter) {
         run([&] { return connection.execute(reenter_shared_, {ttl, r.key, static_cast<std::int64_t>(mine->token)}); });
         return backend::Acquired{mine->token, mine->hold_count + 1};
       }
       const auto marked = run([&] { return connection.execute(mark_, {r.key, bell}); });
-      if (marked.affected != 1) return backend::Busy{{}, kRecheck};  // an exclusive holder came first
+      if (marked.affected != 1) return backend::Busy{{}, kSharedRecheck};  // an exclusive holder came first
       const auto token = static_cast<std::int64_t>(marked.insert_id);
       const auto added = run([&] {
         return connection.execute(add_holder_,
@@ -192,20 +187,7 @@ backend::AcquireResult SessionShared::acquire(Connection& connection, const back
       return backend::Acquired{marked.insert_id, 1};
     }
   });
-  return result ? *result : backend::Busy{{}, kRecheck};
-}
-
-backend::Busy SessionShared::writer_refused(Connection& connection, const backend::AcquireRequest& request,
-                                            std::uint64_t token) {
-  auto seen = holders(connection, request.key);
-  auto retry = soonest_end(seen, kRecheck);
-  if (request.waiting) {
-    backend_.with_retries(request.key, [&] {
-      return connection.execute(claim_, {request.key, static_cast<std::int64_t>(token), ttl_us(backend::kWriterClaim)});
-    });
-    retry = std::min<std::chrono::milliseconds>(retry, backend::kWriterClaim / 2);
-  }
-  return backend::Busy{std::move(seen), retry};
+  return result ? *result : backend::Busy{{}, kSharedRecheck};
 }
 
 std::vector<LockInfo> SessionShared::holders(Connection& connection, std::string_view key) {
@@ -274,8 +256,10 @@ std::optional<std::vector<LockInfo>> SessionShared::force_release(Connection& co
       if (token && holders[i].token != *token) continue;
       const auto t = static_cast<std::int64_t>(holders[i].token);
       run([&] { return connection.execute(eviction == Eviction::immediate ? delete_hold_ : evict_hold_, {key, t}); });
-      // Nothing else can take a session's lock from it.
-      if (eviction == Eviction::immediate && sessions[i] != 0 && sessions[i] != connection.id()) {
+      // Nothing else can take a session's lock from it: this session gives its own back.
+      if (eviction == Eviction::immediate && sessions[i] == connection.id()) {
+        run([&] { return connection.query(unlock_holder_, {bell, t, bell, t}); });
+      } else if (eviction == Eviction::immediate && sessions[i] != 0) {
         hooks_.kill(connection, key, sessions[i]);
       }
       out.push_back(std::move(holders[i]));

@@ -22,11 +22,11 @@
 #include <string_view>
 #include <vector>
 
-#include "backends/mysql/common.hpp"
+#include "backends/mysql/shared_holds.hpp"
 
 namespace dlock::backends::mysql {
 
-class SessionShared {
+class SessionShared final : public SharedHolds {
  public:
   struct Hooks {
     // Ends a session that holds a lock of the key (KILL).
@@ -43,26 +43,15 @@ class SessionShared {
   // Parameters: bell, key, bell.
   static std::string busy_sql(const std::string& table, bool lock_delay);
 
-  // One shared attempt on `connection`, which keeps the new holder's lock. A live exclusive
-  // holder of the request's owner comes back as Busy with that holder (the caller re-enters
-  // it, as its own statements do).
-  backend::AcquireResult acquire(Connection& connection, const backend::AcquireRequest& request);
-  // An exclusive request found the key held shared (its row's token `token`).
-  backend::Busy writer_refused(Connection& connection, const backend::AcquireRequest& request, std::uint64_t token);
-  std::vector<LockInfo> holders(Connection& connection, std::string_view key);
-  bool renew(Connection& connection, const backend::LeaseRef& lease, std::chrono::milliseconds ttl);
-  struct Released {
-    bool found = false;                 // the lease was a live shared hold
-    std::optional<std::uint32_t> left;  // as Backend::release (nothing: it was evicted)
-  };
-  Released release(Connection& connection, const backend::LeaseRef& lease);
-  // Nothing when the key is not held shared. An immediate eviction ends the holder's session.
+  // `connection` keeps a new holder's lock. A live exclusive holder of the request's owner
+  // comes back as Busy with that holder (the caller re-enters it, as its own statements do).
+  backend::AcquireResult acquire(Connection& connection, const backend::AcquireRequest& request) override;
+  std::vector<LockInfo> holders(Connection& connection, std::string_view key) override;
+  bool renew(Connection& connection, const backend::LeaseRef& lease, std::chrono::milliseconds ttl) override;
+  Released release(Connection& connection, const backend::LeaseRef& lease) override;
+  // An immediate eviction ends the holder's session.
   std::optional<std::vector<LockInfo>> force_release(Connection& connection, std::string_view key, Eviction eviction,
-                                                     std::optional<std::uint64_t> token);
-  // Session mode's `list`: (key, owner, token, holds, left, held for, session, unexpired,
-  // shared) per holder, the shared ones after their key's row.
-  const std::string& list_bounded() const { return list_bounded_; }
-  const std::string& list_open() const { return list_open_; }
+                                                     std::optional<std::uint64_t> token) override;
   // Part of collect_idle: the rows of holders of keys no longer held shared (their sessions
   // ended; a live holder's key is held shared).
   void remove_idle(Connection& connection) { connection.execute(idle_holders_, {}); }
@@ -75,11 +64,9 @@ class SessionShared {
                                      std::optional<std::uint32_t>* permits = nullptr,
                                      std::vector<std::uint64_t>* sessions = nullptr);
 
-  ModeBackend& backend_;
   Hooks hooks_;
-  std::string gate_, ungate_, look_, add_row_, drop_dead_, holders_, reenter_shared_, mark_, add_holder_, claim_,
-      renew_, find_hold_, drop_hold_, delete_hold_, evict_hold_, unlock_holder_, settle_, held_shared_,
-      list_bounded_, list_open_, idle_holders_;
+  std::string gate_, ungate_, look_, add_row_, drop_dead_, holders_, reenter_shared_, mark_, add_holder_, renew_,
+      find_hold_, drop_hold_, delete_hold_, evict_hold_, unlock_holder_, settle_, held_shared_, idle_holders_;
 };
 
 }  // namespace dlock::backends::mysql
