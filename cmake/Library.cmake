@@ -60,11 +60,14 @@ if(DLOCK_WITH_MYSQL)
     src/backends/mysql/connection.cpp
     src/backends/mysql/doorbell.cpp
     src/backends/mysql/lease_mode.cpp
+    src/backends/mysql/lease_shared.cpp
     src/backends/mysql/mysql_backend.cpp
     src/backends/mysql/pool.cpp
     src/backends/mysql/row_mode.cpp
     src/backends/mysql/schema.cpp
-    src/backends/mysql/session_mode.cpp)
+    src/backends/mysql/session_mode.cpp
+    src/backends/mysql/session_shared.cpp
+    src/backends/mysql/shared_holds.cpp)
   target_include_directories(dlock_objects PRIVATE ${MariaDB_INCLUDE_DIRS})
   target_compile_definitions(dlock_objects PRIVATE DLOCK_WITH_MYSQL=1)
 endif()

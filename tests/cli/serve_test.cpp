@@ -340,6 +340,9 @@ TEST_F(ServeTest, HealthzAnswers) {
   const bool session = backend_ == "zookeeper" || contains(url_, "mode=session");
   EXPECT_EQ(field(capabilities, "lease_is_the_session"), session) << url_ << ": " << capabilities;
   EXPECT_EQ(field(capabilities, "spans_processes"), true) << capabilities;
+  // Every store keeps several holders per key but mysql:// row mode, where a key is one row of
+  // the user's table, with one owner.
+  EXPECT_EQ(field(capabilities, "shared_holders"), !contains(url_, "mode=row")) << url_ << ": " << capabilities;
   EXPECT_EQ(reply.doc.size(), 3u) << "more than ok, the scheme and the capabilities: " << reply.body;
   stop();
 }

@@ -260,7 +260,8 @@ bool ModeBackend::keeps_doorbell(std::string_view key, const Connection& connect
 
 ListPage ModeBackend::list_page(std::string_view prefix, std::string_view after, std::size_t limit,
                                const std::string& bounded_sql, const std::string& open_sql,
-                               const std::function<bool(Connection&, const Row&)>& keep) {
+                               const std::function<bool(Connection&, const Row&)>& keep,
+                               std::size_t shared_column) {
   if (limit == 0) return {};
   std::string prefix_end(prefix);
   while (!prefix_end.empty() && static_cast<unsigned char>(prefix_end.back()) == 0xff) prefix_end.pop_back();
@@ -275,12 +276,19 @@ ListPage ModeBackend::list_page(std::string_view prefix, std::string_view after,
     return found;
   });
   ListPage page;
+  std::size_t keys = 0;
   for (const Row& row : rows) {
-    if (page.locks.size() == limit) {
-      page.next_after = page.locks.back().key;
-      break;
+    std::string key = row[0].value_or("");
+    if (page.locks.empty() || page.locks.back().key != key) {
+      if (keys == limit) {
+        page.next_after = page.locks.back().key;
+        break;
+      }
+      ++keys;
     }
-    page.locks.push_back(info(row[0].value_or(""), row, 1));
+    LockInfo holder = info(std::move(key), row, 1);
+    if (shared_column != 0 && row[shared_column] == std::optional<std::string>("1")) holder.mode = LockMode::shared;
+    page.locks.push_back(std::move(holder));
   }
   return page;
 }
@@ -338,12 +346,15 @@ void ModeBackend::ensure_lock_table(Connection& connection, bool session_tables)
     // versions added, in the same round trip.
     const std::string memory = !session_tables ? ""
                                                : " LEFT JOIN (SELECT name FROM `" + table +
-                                                     "_session` LIMIT 0) AS memory ON TRUE LEFT JOIN (SELECT id FROM `" +
+                                                     "_session` LIMIT 0) AS memory ON TRUE LEFT JOIN (SELECT name FROM `" + table +
+                                                     "_holders` LIMIT 0) AS holders ON TRUE LEFT JOIN (SELECT id FROM `" +
                                                      table + "_epoch` LIMIT 0) AS epoch ON TRUE";
     if (!connection
              .query("SELECT s.v FROM `" + table + "_seq` AS s LEFT JOIN (SELECT session_id, heir_owner, heir_ttl_us,"
                     " heir_session FROM `" + table + "` LIMIT 0) AS added ON TRUE LEFT JOIN (SELECT id FROM `" + table +
-                    "_activity` LIMIT 0) AS activity ON TRUE" + memory + " WHERE s.id = 0",
+                    "_activity` LIMIT 0) AS activity ON TRUE LEFT JOIN (SELECT name FROM `" + table +
+                    "_shared` LIMIT 0) AS shared ON TRUE LEFT JOIN (SELECT name FROM `" + table +
+                    "_claim` LIMIT 0) AS claim ON TRUE" + memory + " WHERE s.id = 0",
                     {})
              .empty()) {
       return;
@@ -381,9 +392,10 @@ void ModeBackend::ensure_lock_table(Connection& connection, bool session_tables)
   } catch (const SqlError& e) {
     if (e.code == ER_TABLEACCESS_DENIED_ERROR || e.code == ER_DBACCESS_DENIED_ERROR ||
         e.code == ER_SPECIFIC_ACCESS_DENIED_ERROR) {
-      throw ConfigurationError("table '" + table + "' does not exist and user '" + settings_.connect.user +
-                                   "' may not create it (MySQL error " + std::to_string(e.code) + ": " + e.message +
-                                   "); have someone " + fix,
+      // Missing altogether, or made by an earlier dlock that had fewer tables.
+      throw ConfigurationError("the lock tables of '" + table + "' are not all there (" + e_missing + ") and user '" +
+                                   settings_.connect.user + "' may not create them (MySQL error " +
+                                   std::to_string(e.code) + ": " + e.message + "); have someone " + fix,
                                kName);
     }
     raise(e, settings_);

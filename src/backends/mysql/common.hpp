@@ -117,8 +117,25 @@ class ModeBackend : public backend::Backend, public backend::ActivityLedger {
   }
 
  public:
+  // A LockInfo from (owner, token, holds, microseconds left, microseconds since taken or NULL)
+  // starting at column `first`. Every mode marks a holder evicted with a lock delay the same
+  // way: an owner and no holds (a free key has no owner).
+  static LockInfo info(std::string key, const Row& row, std::size_t first);
   // InnoDB deadlocks and lock wait timeouts: the statement was rolled back whole.
   static bool retryable(const SqlError& e);
+  // Runs `body` in one transaction on `connection`, rolled back when it throws.
+  template <class F>
+  static auto in_transaction(Connection& connection, F&& body) -> decltype(body()) {
+    connection.run("START TRANSACTION");
+    try {
+      auto result = body();
+      connection.run("COMMIT");
+      return result;
+    } catch (...) {
+      if (!connection.broken()) connection.run("ROLLBACK");
+      throw;
+    }
+  }
 
  protected:
   // The connection whose session holds this owner's doorbell (or session lock) for the key,
@@ -144,10 +161,12 @@ class ModeBackend : public backend::Backend, public backend::ActivityLedger {
   bool keeps_doorbell(std::string_view key, const Connection& connection);
 
   // A page of `list`. The statements return rows of (key, owner, token, holds, microseconds
-  // left, ...) and take (first key, key past the prefix, `after`, row limit), or without the
-  // key past the prefix when there is none. `keep`, if given, drops rows after the query.
+  // left, ...), a key's holders together, and take (first key, key past the prefix, `after`,
+  // key limit), or without the key past the prefix when there is none. `keep`, if given, drops
+  // rows after the query. `shared_column`, if not 0, is a column that is 1 for a shared holder.
   ListPage list_page(std::string_view prefix, std::string_view after, std::size_t limit, const std::string& bounded_sql,
-                     const std::string& open_sql, const std::function<bool(Connection&, const Row&)>& keep = {});
+                     const std::string& open_sql, const std::function<bool(Connection&, const Row&)>& keep = {},
+                     std::size_t shared_column = 0);
   // The key's holders as `inspect_sql` (key[, bell]) reads them: its row's, if held.
   std::vector<LockInfo> inspect_on(Connection& connection, std::string_view key,
                                    const std::string& inspect_sql, const std::string& bell = {});
@@ -160,23 +179,6 @@ class ModeBackend : public backend::Backend, public backend::ActivityLedger {
                               const std::string& inspect_sql, const std::string& force_sql,
                               const std::string& bell = {},
                               const std::function<void(Connection&, std::int64_t held_token)>& on_freed = {});
-  // Runs `body` in one transaction on `connection`, rolled back when it throws.
-  template <class F>
-  auto in_transaction(Connection& connection, F&& body) -> decltype(body()) {
-    connection.run("START TRANSACTION");
-    try {
-      auto result = body();
-      connection.run("COMMIT");
-      return result;
-    } catch (...) {
-      if (!connection.broken()) connection.run("ROLLBACK");
-      throw;
-    }
-  }
-  // A LockInfo from (owner, token, holds, microseconds left, microseconds since taken or NULL)
-  // starting at column `first`. Every mode marks a holder evicted with a lock delay the same
-  // way: an owner and no holds (a free key has no owner).
-  static LockInfo info(std::string key, const Row& row, std::size_t first);
 
   // Lease and session modes: makes sure the lock tables exist (with session mode's memory
   // tables when asked), creating them when allowed.
@@ -282,6 +284,8 @@ class DoorbellChannel final : public backend::Waiter {
   std::chrono::milliseconds backoff_{0};
   const std::string owner_;  // of the waiting call
   const std::chrono::milliseconds ttl_;
+  const LockMode mode_;
+  const std::uint32_t permits_;
   std::optional<backend::Acquired> taken_;
   bool acquired_ = false;  // the waiting call got the key through this channel
 };

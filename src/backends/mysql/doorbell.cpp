@@ -14,7 +14,9 @@ DoorbellChannel::DoorbellChannel(ModeBackend& backend, const backend::AcquireReq
       bell_(backend.bell_name(key_)),
       takeover_(std::move(takeover)),
       owner_(request.owner),
-      ttl_(request.ttl) {}
+      ttl_(request.ttl),
+      mode_(request.mode),
+      permits_(request.permits) {}
 
 DoorbellChannel::~DoorbellChannel() {
   drop();
@@ -29,7 +31,7 @@ DoorbellChannel::~DoorbellChannel() {
 }
 
 backend::AcquireResult DoorbellChannel::attempt() {
-  return backend_.attempt({key_, owner_, ttl_}, connection_ ? this : nullptr);
+  return backend_.attempt({key_, owner_, ttl_, mode_, permits_, /*waiting=*/true}, connection_ ? this : nullptr);
 }
 
 void DoorbellChannel::wait_until(std::chrono::steady_clock::time_point deadline) {

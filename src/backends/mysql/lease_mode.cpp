@@ -4,6 +4,7 @@
 #include <mysqld_error.h>
 
 #include "backends/mysql/common.hpp"
+#include "backends/mysql/lease_shared.hpp"
 #include "dlock/errors.hpp"
 
 namespace dlock::backends::mysql {
@@ -118,11 +119,9 @@ struct LeaseSql {
               " IF(" + handed_over + ", 1 + 0 * LAST_INSERT_ID(0), LAST_INSERT_ID(hold_count - 1)))"
               " WHERE name = ? AND owner = ? AND token = ? AND expires_at > UTC_TIMESTAMP(6)";
     drop_bell = "SELECT IF(IS_USED_LOCK(?) <=> CONNECTION_ID(), RELEASE_LOCK(?), 0)";
-    inspect = "SELECT " + info + " FROM " + t + " WHERE name = ? AND " + live;
-    list_bounded = "SELECT name, " + info + " FROM " + t + " WHERE name >= ? AND name < ? AND name <> ? AND " + live +
-                   " ORDER BY name LIMIT ?";
-    list_open = "SELECT name, " + info + " FROM " + t + " WHERE name >= ? AND name <> ? AND " + live +
-                " ORDER BY name LIMIT ?";
+    // The exclusive holder (a key held shared is LeaseShared's).
+    inspect = "SELECT " + info + " FROM " + t + " WHERE name = ? AND " + live + " AND owner <> '" +
+              std::string(kSharedOwner) + "'";
     // Parameters: key, owner, token.
     force_release = "UPDATE " + t + " SET owner = '', hold_count = 0, expires_at = UTC_TIMESTAMP(6), doorbell = 0"
                     " WHERE name = ? AND owner = ? AND token = ? AND " + live;
@@ -181,7 +180,7 @@ struct LeaseSql {
   }
 
   std::string acquire, take, free, become_heir, heir_wait, quit_heir, handed, drop_slot, conflict, reentered, renew, release, drop_bell,
-      inspect, list_bounded, list_open, force_release, evict, lock_floor, idle_cutoff, raise_floor, delete_idle;
+      inspect, force_release, evict, lock_floor, idle_cutoff, raise_floor, delete_idle;
 };
 
 // A waiter's side of the heir handoff (see LeaseSql), run by its doorbell channel.
@@ -261,7 +260,8 @@ class HeirTakeover final : public Takeover {
 
 class LeaseBackend final : public ModeBackend {
  public:
-  explicit LeaseBackend(Settings settings) : ModeBackend(std::move(settings)), sql_(settings_.table) {
+  explicit LeaseBackend(Settings settings)
+      : ModeBackend(std::move(settings)), sql_(settings_.table), shared_(*this, settings_.table) {
     auto connection = take();
     ensure_lock_table(*connection);
   }
@@ -269,7 +269,8 @@ class LeaseBackend final : public ModeBackend {
   backend::Capabilities capabilities() const noexcept override {
     return {.spans_processes = true,
             .holds_outlive_the_client = true,
-            .records_acquisition_time = true};
+            .records_acquisition_time = true,
+            .shared_holders = true};
   }
 
   backend::AcquireResult attempt(const backend::AcquireRequest& request, DoorbellChannel* through) override {
@@ -289,7 +290,9 @@ class LeaseBackend final : public ModeBackend {
     return attempt_on(channel->connection(), request, channel);
   }
 
+  // A shared waiter is never the heir, to whom a release hands the key exclusively.
   std::unique_ptr<backend::Waiter> waiter(const backend::AcquireRequest& request) override {
+    if (request.mode == LockMode::shared) return std::make_unique<DoorbellChannel>(*this, request);
     return std::make_unique<DoorbellChannel>(*this, request,
                                              std::make_unique<HeirTakeover>(*this, sql_, std::string(request.key)));
   }
@@ -300,7 +303,7 @@ class LeaseBackend final : public ModeBackend {
       return connection->execute(sql_.renew,
                                  {ttl_us(ttl), lease.key, lease.owner, static_cast<std::int64_t>(lease.token)});
     });
-    return outcome.affected == 1;
+    return outcome.affected == 1 || shared_.renew(*connection, lease, ttl);
   }
 
   std::optional<std::uint32_t> release(const backend::LeaseRef& lease) override {
@@ -324,6 +327,7 @@ class LeaseBackend final : public ModeBackend {
     forget(lease.key, lease.owner, lease.token);
     if (evicted) return std::nullopt;  // freed, and rang, as its last release
     if (outcome.affected == 1) return 0u;
+    if (const auto shared = shared_.release(*connection, lease); shared.found) return shared.left;
     // Lost: a doorbell its session still holds for it would keep waiters asleep (any other
     // connection's doorbell is a newer acquisition's).
     if (on_holder) with_retries(lease.key, [&] { return connection->query(sql_.drop_bell, {bell, bell}); });
@@ -331,15 +335,18 @@ class LeaseBackend final : public ModeBackend {
   }
 
   std::vector<LockInfo> inspect(std::string_view key) override {
-    return inspect_on(*take(), key, sql_.inspect);
+    auto connection = take();
+    auto holders = inspect_on(*connection, key, sql_.inspect);
+    return holders.empty() ? shared_.holders(*connection, key) : holders;
   }
 
   ListPage list(std::string_view prefix, std::string_view after, std::size_t limit) override {
-    return list_page(prefix, after, limit, sql_.list_bounded, sql_.list_open);
+    return list_page(prefix, after, limit, shared_.list_bounded(), shared_.list_open(), {}, 6);
   }
 
   std::vector<LockInfo> force_release(std::string_view key, Eviction eviction,
                                       std::optional<std::uint64_t> token) override {
+    if (auto shared = shared_.force_release(*take(), key, eviction, token)) return *shared;
     return evict(key, token, sql_.inspect, eviction == Eviction::delayed ? sql_.evict : sql_.force_release);
   }
 
@@ -353,6 +360,7 @@ class LeaseBackend final : public ModeBackend {
         const auto cutoff = connection->query(sql_.idle_cutoff, {});
         const std::string at = cutoff.at(0).at(0).value_or("");
         connection->execute(sql_.raise_floor, {std::string_view(at)});
+        shared_.remove_idle(*connection, at);
         return static_cast<std::size_t>(connection->execute(sql_.delete_idle, {std::string_view(at)}).affected);
       });
     });
@@ -362,6 +370,7 @@ class LeaseBackend final : public ModeBackend {
   // One attempt on `connection`: through a waiting call's `channel`, or not.
   backend::AcquireResult attempt_on(Connection& connection, const backend::AcquireRequest& request,
                                     DoorbellChannel* channel) {
+    if (request.mode == LockMode::shared) return shared_.acquire(connection, request);
     const std::string bell = bell_name(request.key);
     const std::string_view sessions = channel ? channel->sessions() : std::string_view();
     const std::int64_t ttl = ttl_us(request.ttl);
@@ -383,8 +392,7 @@ class LeaseBackend final : public ModeBackend {
       if (!rows.empty()) {
         LockInfo holder = info(std::string(request.key), rows[0], 0);
         if (!holder.owner.empty() && holder.owner != request.owner && holder.ttl_left.count() > 0) {
-          const auto left = holder.ttl_left;
-          return backend::Busy{{std::move(holder)}, left};
+          return refused(connection, request, std::move(holder));
         }
       }
     }
@@ -408,7 +416,15 @@ class LeaseBackend final : public ModeBackend {
     LockInfo holder = info(std::string(request.key), row, 0);
     // Free, but a woken waiter holds the doorbell and is taking it over right now.
     if (holder.owner.empty()) return backend::Busy{{}, kHandoffRecheck};
-    const auto left = holder.ttl_left;
+    return refused(connection, request, std::move(holder));
+  }
+
+  // An exclusive request refused by the key's holder: a waiting writer looks again within half
+  // a writer's claim, which it places when shared holders refused it.
+  backend::Busy refused(Connection& connection, const backend::AcquireRequest& request, LockInfo holder) {
+    if (holder.owner == kSharedOwner) return shared_.writer_refused(connection, request, holder.token);
+    auto left = holder.ttl_left;
+    if (request.waiting) left = std::min<std::chrono::milliseconds>(left, backend::kWriterClaim / 2);
     return backend::Busy{{std::move(holder)}, left};
   }
 
@@ -429,6 +445,7 @@ class LeaseBackend final : public ModeBackend {
   }
 
   LeaseSql sql_;
+  LeaseShared shared_;
 };
 
 }  // namespace

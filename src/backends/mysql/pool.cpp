@@ -1,5 +1,7 @@
 #include "backends/mysql/pool.hpp"
 
+#include <pthread.h>
+#include <signal.h>
 #include <sys/epoll.h>
 #include <sys/eventfd.h>
 #include <unistd.h>
@@ -133,7 +135,13 @@ void Pool::on_closed(std::function<void(std::uint64_t serial)> closed) {
   event.events = EPOLLIN;
   event.data.u64 = kBell;
   ::epoll_ctl(epoll_, EPOLL_CTL_ADD, bell_, &event);
+  // The thread takes no process signals: a program that waits for SIGTERM with sigwait()
+  // blocks it only in its own threads (dlock serve in session mode died of it).
+  sigset_t all, before;
+  ::sigfillset(&all);
+  ::pthread_sigmask(SIG_BLOCK, &all, &before);
   watcher_ = std::thread([this] { watch_idle(); });
+  ::pthread_sigmask(SIG_SETMASK, &before, nullptr);
 }
 
 void Pool::watch(std::uint64_t serial) {

@@ -49,6 +49,26 @@ std::string lock_table_schema(const std::string& table) {
          "  renewals     BIGINT UNSIGNED NOT NULL,\n"
          "  losses       BIGINT UNSIGNED NOT NULL\n"
          ") ENGINE=InnoDB;\n"
+         "CREATE TABLE IF NOT EXISTS `" +
+         table +
+         "_shared` (                               -- lease mode: the holders of a key held shared\n"
+         "  name        VARBINARY(1024) NOT NULL,        -- (read locks, semaphore permits); the key's row\n"
+         "  token       BIGINT UNSIGNED NOT NULL,        -- then names the owner ' shared'\n"
+         "  owner       VARBINARY(128)  NOT NULL,\n"
+         "  hold_count  INT UNSIGNED    NOT NULL,        -- 0: evicted with a lock delay\n"
+         "  permits     INT UNSIGNED    NOT NULL,        -- a semaphore's; 0: no limit (readers)\n"
+         "  acquired_at DATETIME(6)     NOT NULL,\n"
+         "  expires_at  DATETIME(6)     NOT NULL,\n"
+         "  PRIMARY KEY (name, token)\n"
+         ") ENGINE=InnoDB;\n"
+         "CREATE TABLE IF NOT EXISTS `" +
+         table +
+         "_claim` (                                -- lease mode: waiting writers' claims, which refuse\n"
+         "  name        VARBINARY(1024) NOT NULL PRIMARY KEY,  -- new shared holders of the key\n"
+         "  token       BIGINT UNSIGNED NOT NULL,        -- the key's token when claimed: a later acquisition\n"
+         "                                               -- (the writer's) ends the claim\n"
+         "  expires_at  DATETIME(6)     NOT NULL\n"
+         ") ENGINE=InnoDB;\n"
          "-- Session mode: what a holder's GET_LOCK cannot hold, in memory (no durable write: it ends\n"
          "-- with the server, as the locks do). max_heap_table_size caps a memory table when it is\n"
          "-- made: this allows some 450,000 keys (about 1.2 KB each).\n"
@@ -65,6 +85,19 @@ std::string lock_table_schema(const std::string& table) {
          "  renewals    BIGINT UNSIGNED NOT NULL DEFAULT 0,\n"
          "  session_id  BIGINT UNSIGNED NOT NULL DEFAULT 0,  -- the connection holding the lock\n"
          "  PRIMARY KEY (name) USING BTREE\n"
+         ") ENGINE=MEMORY;\n"
+         "CREATE TABLE IF NOT EXISTS `" +
+         table +
+         "_holders` (                              -- the holders of a key held shared (read locks,\n"
+         "  name        VARBINARY(1024) NOT NULL,        -- semaphore permits); the key's row then names\n"
+         "  token       BIGINT UNSIGNED NOT NULL,        -- the owner ' shared'\n"
+         "  owner       VARBINARY(128)  NOT NULL,\n"
+         "  hold_count  INT UNSIGNED    NOT NULL,        -- 0: evicted with a lock delay\n"
+         "  permits     INT UNSIGNED    NOT NULL,        -- a semaphore's; 0: no limit (readers)\n"
+         "  acquired_at DATETIME(6)     NOT NULL,\n"
+         "  expires_at  DATETIME(6)     NOT NULL,\n"
+         "  session_id  BIGINT UNSIGNED NOT NULL,        -- the connection holding the holder's lock\n"
+         "  PRIMARY KEY (name, token) USING BTREE\n"
          ") ENGINE=MEMORY;\n"
          "CREATE TABLE IF NOT EXISTS `" +
          table +

@@ -19,6 +19,7 @@
 #include <thread>
 
 #include "backends/mysql/common.hpp"
+#include "backends/mysql/session_shared.hpp"
 #include "dlock/errors.hpp"
 
 namespace dlock::backends::mysql {
@@ -40,6 +41,8 @@ struct SessionSql {
     const std::string now = "UTC_TIMESTAMP(6)";
     // The lock_delay option, as a constant of the statements (their parameters stay the same).
     const std::string delay = lock_delay ? "1" : "0";
+    // The key is held shared (session_shared.hpp). Parameters: bell, key, bell.
+    const std::string held_shared = SessionShared::held_sql(table, lock_delay);
     // The row is ours to re-enter only when this connection held the lock before this
     // statement (the parameter, from the client's own records): connection ids repeat after
     // a server restart, so a row naming this id may be a dead session's.
@@ -52,21 +55,23 @@ struct SessionSql {
     // The common case in one plain statement (a memory table's statements cost about as much
     // as their expressions): a new acquisition of a key with a row, free, expired or its holder
     // gone, once this session holds the key's GET_LOCK, taking it if free. Anything else (no
-    // row, a re-entry, a closed row, another holder) is left to `acquire`. Parameters: owner,
-    // ttl, key, bell, bell.
+    // row, a re-entry, a closed row, another holder) is left to `acquire`; a key held shared is
+    // taken by no exclusive statement. Parameters: owner, ttl, key, bell, bell, bell, key, bell.
     take = "UPDATE " + t + " SET token = LAST_INSERT_ID(token + 1), hold_count = 1, owner = ?, session_id = CONNECTION_ID(),"
            " acquired_at = " + now + ", expires_at = " + now + " + INTERVAL ? MICROSECOND, renewals = renewals + 1"
            " WHERE name = ? AND (IS_USED_LOCK(?) <=> CONNECTION_ID() OR GET_LOCK(?, 0) = 1)"
-           " AND NOT (owner <> '' AND expires_at > " + now + " AND (hold_count = 0 OR " + delay + "))";
+           " AND NOT (owner <> '' AND expires_at > " + now + " AND (hold_count = 0 OR " + delay + "))"
+           " AND NOT " + held_shared;
     // The SELECT yields a row only when this session holds the key's GET_LOCK, taking it if
     // free; then whatever the row says is stale unless it is ours or closed. Columns are
     // assigned left to right: `owner` after everything that tests the old owner; after the hold
     // count, `closed` still holds for a closed row only, and more than one hold means a
     // re-entry, whose lease never shortens.
-    // Parameters: key, owner, ttl, bell, bell, then `known` 10 times.
+    // Parameters: key, owner, ttl, bell, bell, bell, key, bell, then `known` 10 times.
     acquire = "INSERT INTO " + t + " (name, owner, token, hold_count, acquired_at, expires_at, session_id)"
               " SELECT ?, ?, LAST_INSERT_ID(v + 1), 1, " + now + ", " + now + " + INTERVAL ? MICROSECOND, CONNECTION_ID()"
               " FROM " + floor + " WHERE id = 0 AND (IS_USED_LOCK(?) <=> CONNECTION_ID() OR GET_LOCK(?, 0) = 1)"
+              " AND NOT " + SessionShared::busy_sql(table, lock_delay) +
               " ON DUPLICATE KEY UPDATE"
               " token = IF(" + closed + ", token, IF(" + mine + ", token + 0 * LAST_INSERT_ID(0), LAST_INSERT_ID(token + 1))),"
               " hold_count = IF(" + closed + ", hold_count, IF(" + mine + ", hold_count + 1, 1)),"
@@ -87,12 +92,13 @@ struct SessionSql {
     const std::string left = "IF(expires_at > " + now + ", TIMESTAMPDIFF(MICROSECOND, " + now + ", expires_at), " +
                              std::to_string(kOverdueRecheckUs) + ")";
     const std::string info = "owner, token, hold_count, " + left + ", TIMESTAMPDIFF(MICROSECOND, acquired_at, " + now + ")";
-    // Parameters: bell, bell, bell, key. The last columns say whether the row's session holds
-    // the lock, whether the row is closed (as `closed`; the acquire found it not this
-    // session's to re-enter), whether this session holds the lock, and the row's session.
-    conflict = "SELECT " + info + ", session_id = IS_USED_LOCK(?), (owner <> '' AND expires_at > " + now +
-               " AND (hold_count = 0 OR (" + delay + " AND " + gone + "))), IS_USED_LOCK(?) <=> CONNECTION_ID(), session_id FROM " +
-               t + " WHERE name = ?";
+    // Parameters: bell, bell, bell, key, bell, bell, key. The last columns say whether the row's
+    // session holds the lock, whether the row is closed (as `closed`; the acquire found it not
+    // this session's to re-enter; or held shared), whether this session holds the lock, and the
+    // row's session.
+    conflict = "SELECT " + info + ", session_id = IS_USED_LOCK(?), ((owner <> '' AND expires_at > " + now +
+               " AND (hold_count = 0 OR (" + delay + " AND " + gone + "))) OR " + held_shared +
+               "), IS_USED_LOCK(?) <=> CONNECTION_ID(), session_id FROM " + t + " WHERE name = ?";
     // Another connection of the same owner holds it (an explicit owner shared by clients).
     // The new hold count comes back as the insert id. Parameters: ttl, key, owner, token, bell.
     reenter_elsewhere = "UPDATE " + t + " SET hold_count = LAST_INSERT_ID(hold_count + 1), expires_at = GREATEST(expires_at, " +
@@ -126,13 +132,9 @@ struct SessionSql {
                    " WHERE name = ? AND owner = ? AND token = ? AND session_id = CONNECTION_ID()), RELEASE_LOCK(?), 0)";
     // Parameters: key, bell.
     inspect = "SELECT " + info + " FROM " + t + " WHERE name = ? AND owner <> ''" + held;
-    // A session is checked per row through its bell, which only the client can name: the
-    // query returns the session and the client asks the server about each bell (not for an
-    // evicted holder, whose lease alone counts).
-    const std::string listed = " AND owner <> '' AND (hold_count > 0 OR expires_at > " + now + ") ORDER BY name LIMIT ?";
-    const std::string columns = "name, " + info + ", session_id, expires_at > " + now;
-    list_bounded = "SELECT " + columns + " FROM " + t + " WHERE name >= ? AND name < ? AND name <> ?" + listed;
-    list_open = "SELECT " + columns + " FROM " + t + " WHERE name >= ? AND name <> ?" + listed;
+    // `list` (SessionShared's) checks a session per row through its lock, which only the
+    // client can name: the query returns the session and the client asks the server about each
+    // lock (not for an evicted holder, whose lease alone counts).
     session_of = "SELECT IS_USED_LOCK(?)";
     // Parameters of both: key, owner, token, bell. A lock delay keeps all but the holds
     // (renewals changes the row of a holder evicted before), and the holder's connection.
@@ -158,14 +160,19 @@ struct SessionSql {
     start_floor = "INSERT IGNORE INTO " + floor + " (id, v) VALUES (0, ?)";
   }
 
-  std::string take, acquire, reentered, conflict, free, reenter_elsewhere, renew, release, drop_bell, drop_expired, inspect, list_bounded,
-      list_open, session_of, force_release, evict, orphaned, settle, raise_floor, delete_idle, has_floor, raise_epoch,
+  std::string take, acquire, reentered, conflict, free, reenter_elsewhere, renew, release, drop_bell, drop_expired, inspect,
+      session_of, force_release, evict, orphaned, settle, raise_floor, delete_idle, has_floor, raise_epoch,
       start_floor;
 };
 
 class SessionBackend final : public ModeBackend {
  public:
-  explicit SessionBackend(Settings settings) : ModeBackend(std::move(settings)), sql_(settings_.table, settings_.lock_delay) {
+  explicit SessionBackend(Settings settings)
+      : ModeBackend(std::move(settings)),
+        sql_(settings_.table, settings_.lock_delay),
+        shared_(*this, settings_.table, settings_.lock_delay,
+                {[this](Connection& c, std::string_view key, std::uint64_t session) { kill_session(c, key, session); },
+                 [this](Connection& c) { return start_epoch(c); }}) {
     auto connection = take();
     ensure_lock_table(*connection, true);
     watch_lock_connections();
@@ -177,12 +184,20 @@ class SessionBackend final : public ModeBackend {
     return {.spans_processes = true,
             .frees_when_holder_dies = !settings_.lock_delay,
             .lease_is_the_session = true,
-            .records_acquisition_time = true};
+            .records_acquisition_time = true,
+            .shared_holders = true};
   }
 
   backend::AcquireResult attempt(const backend::AcquireRequest& request, DoorbellChannel* channel) override {
     for (;;) {
-      if (auto result = attempt_once(request, channel)) return *result;
+      auto result = attempt_once(request, channel);
+      if (!result) continue;
+      // A waiting writer renews its claim at least every half claim (backend.hpp).
+      auto* busy = std::get_if<backend::Busy>(&*result);
+      if (busy && request.waiting && request.mode == LockMode::exclusive) {
+        busy->retry_within = std::min<std::chrono::milliseconds>(busy->retry_within, backend::kWriterClaim / 2);
+      }
+      return *result;
     }
   }
 
@@ -194,17 +209,20 @@ class SessionBackend final : public ModeBackend {
     // not end other locks.
     Attempt attempt = attempt_for(request, channel, true);
     Connection* connection = attempt.connection;
+    if (request.mode == LockMode::shared) return attempt_shared(request, *connection);
     const std::int64_t known = remembered(request.key, request.owner) == connection->serial() ? 1 : 0;
     const std::int64_t ttl = ttl_us(request.ttl);
     const auto look = [&] {
-      return with_retries(request.key, [&] { return connection->query(sql_.conflict, {bell, bell, bell, request.key}); });
+      return with_retries(request.key, [&] {
+        return connection->query(sql_.conflict, {bell, bell, bell, request.key, bell, bell, request.key});
+      });
     };
     Outcome outcome;
     std::vector<Row> rows;  // the key's row, once looked at
     try {
       if (!known) {
         outcome = with_retries(request.key, [&] {
-          return connection->execute(sql_.take, {request.owner, ttl, request.key, bell, bell});
+          return connection->execute(sql_.take, {request.owner, ttl, request.key, bell, bell, bell, request.key, bell});
         });
         if (outcome.affected == 1) {
           if (attempt.channel) attempt.channel->bell_settled();
@@ -216,8 +234,9 @@ class SessionBackend final : public ModeBackend {
       }
       if (rows.empty()) {
         const auto acquire = [&] {
-          return connection->execute(sql_.acquire, {request.key, request.owner, ttl, bell, bell, known, known, known,
-                                                    known, known, known, known, known, known, known});
+          return connection->execute(sql_.acquire, {request.key, request.owner, ttl, bell, bell, bell, request.key, bell,
+                                                    known, known, known, known, known, known, known, known, known,
+                                                    known});
         };
         outcome = with_retries(request.key, [&] {
           try {
@@ -266,6 +285,7 @@ class SessionBackend final : public ModeBackend {
         }
       }
       LockInfo holder = info(std::string(request.key), rows[0], 0);
+      if (holder.owner == kSharedOwner) return shared_.writer_refused(*connection, request, holder.token);
       const auto left = holder.ttl_left;
       return backend::Busy{{std::move(holder)}, left};
     }
@@ -293,6 +313,28 @@ class SessionBackend final : public ModeBackend {
     return backend::Busy{{std::move(holder)}, left};
   }
 
+  // A shared attempt on `connection`, which keeps a new holder's lock. A live exclusive hold of
+  // the request's owner is re-entered (a writer may also read).
+  backend::AcquireResult attempt_shared(const backend::AcquireRequest& request, Connection& connection) {
+    auto result = shared_.acquire(connection, request);
+    if (const auto* acquired = std::get_if<backend::Acquired>(&result)) {
+      if (acquired->hold_count == 1) remember(request.key, request.owner, connection.serial(), acquired->token);
+      return result;
+    }
+    const auto& busy = std::get<backend::Busy>(result);
+    if (busy.holders.size() != 1 || busy.holders[0].mode != LockMode::exclusive ||
+        busy.holders[0].owner != request.owner || busy.holders[0].hold_count == 0) {
+      return result;
+    }
+    const LockInfo& mine = busy.holders[0];
+    const auto again = with_retries(request.key, [&] {
+      return connection.execute(sql_.reenter_elsewhere, {ttl_us(request.ttl), request.key, request.owner,
+                                                         static_cast<std::int64_t>(mine.token), bell_name(request.key)});
+    });
+    if (again.affected == 1) return backend::Acquired{mine.token, static_cast<std::uint32_t>(again.insert_id)};
+    return result;
+  }
+
   bool renew(const backend::LeaseRef& lease, std::chrono::milliseconds ttl) override {
     const std::string bell = bell_name(lease.key);
     auto connection = take();
@@ -300,7 +342,7 @@ class SessionBackend final : public ModeBackend {
       return connection->execute(sql_.renew,
                                  {ttl_us(ttl), lease.key, lease.owner, static_cast<std::int64_t>(lease.token), bell});
     });
-    return outcome.affected == 1;
+    return outcome.affected == 1 || shared_.renew(*connection, lease, ttl);
   }
 
   std::optional<std::uint32_t> release(const backend::LeaseRef& lease) override {
@@ -319,6 +361,12 @@ class SessionBackend final : public ModeBackend {
     });
     const bool evicted = outcome.affected == 1 && outcome.insert_id == kEvictedRelease;
     if (outcome.affected == 1 && outcome.insert_id > 0 && !evicted) return static_cast<std::uint32_t>(outcome.insert_id);
+    if (outcome.affected != 1) {
+      if (const auto shared = shared_.release(*connection, lease); shared.found) {
+        if (shared.left.value_or(0) == 0) forget(lease.key, lease.owner, lease.token);
+        return shared.left;
+      }
+    }
     forget(lease.key, lease.owner, lease.token);
     if (outcome.affected != 1) {
       // Lost. The holder's connection still has the lock when its lease ran out after an
@@ -337,22 +385,29 @@ class SessionBackend final : public ModeBackend {
   }
 
   std::vector<LockInfo> inspect(std::string_view key) override {
-    return inspect_on(*take(), key, sql_.inspect, bell_name(key));
+    auto connection = take();
+    auto holders = inspect_on(*connection, key, sql_.inspect, bell_name(key));
+    return holders.empty() ? shared_.holders(*connection, key) : holders;
   }
 
   ListPage list(std::string_view prefix, std::string_view after, std::size_t limit) override {
-    // Keep the rows whose session still holds the key's lock.
-    return list_page(prefix, after, limit, sql_.list_bounded, sql_.list_open, [&](Connection& c, const Row& row) {
+    // Keep the rows whose session still holds the key's lock, or the shared holder's own.
+    const auto yes = std::optional<std::string>("1");
+    const auto keep = [&](Connection& c, const Row& row) {
       // Evicted, or with lock_delay any holder: its lease counts, not its session.
       if (row[3] == std::optional<std::string>("0")) return true;
-      if (settings_.lock_delay && row[7] == std::optional<std::string>("1")) return true;
-      const auto holder = c.query(sql_.session_of, {bell_name(row[0].value_or(""))});
+      if (settings_.lock_delay && row[7] == yes) return true;
+      std::string lock = bell_name(row[0].value_or(""));
+      if (row[8] == yes) lock += ":" + row[2].value_or("");
+      const auto holder = c.query(sql_.session_of, {lock});
       return !holder.empty() && holder[0][0] == row[6];
-    });
+    };
+    return list_page(prefix, after, limit, shared_.list_bounded(), shared_.list_open(), keep, 8);
   }
 
   std::vector<LockInfo> force_release(std::string_view key, Eviction eviction,
                                       std::optional<std::uint64_t> token) override {
+    if (auto shared = shared_.force_release(*take(), key, eviction, token)) return *shared;
     const std::string bell = bell_name(key);
     // With a lock delay the holder's connection keeps the lock (waiters sleep on it) until its
     // release; at once, it is ended.
@@ -371,6 +426,7 @@ class SessionBackend final : public ModeBackend {
  private:
   std::size_t remove_idle(Connection& connection) {
     connection.execute(sql_.raise_floor, {});
+    shared_.remove_idle(connection);
     return static_cast<std::size_t>(connection.execute(sql_.delete_idle, {}).affected);
   }
 
@@ -432,6 +488,7 @@ class SessionBackend final : public ModeBackend {
   }
 
   SessionSql sql_;
+  SessionShared shared_;
 };
 
 }  // namespace
