@@ -381,8 +381,10 @@ TEST_P(SharedHolds, AKilledHoldersPermitReturnsAfterItsTtl) {
 TEST_P(SharedHolds, ForceReleaseOfOneHolder) {
   const std::string k = key();
   Client a = open(), b = open();
-  auto first = a.acquire(k, kShared);
-  auto second = b.acquire(k, kShared);
+  // Renewing every ~0.7 s: a store that cannot notify evictions tells the holder at its next renewal.
+  const LockOptions renewing{.ttl = 2s, .auto_renew = true, .mode = LockMode::shared};
+  auto first = a.acquire(k, renewing);
+  auto second = b.acquire(k, renewing);
   const auto evicted = a.force_release(k, Eviction::immediate, first.token());
   ASSERT_EQ(evicted.size(), 1u);
   EXPECT_EQ(evicted[0].token, first.token());
