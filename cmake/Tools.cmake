@@ -5,10 +5,16 @@ find_package(fmt REQUIRED)
 find_package(CLI11 CONFIG REQUIRED)
 find_package(nlohmann_json CONFIG REQUIRED)
 
+# What both tools share, compiled once for the two.
+if(DLOCK_BUILD_CLI OR DLOCK_BUILD_SERVE)
+  add_library(dlock_cli_common OBJECT src/cli/cli_common.cpp src/cli/audit_log.cpp)
+  target_link_libraries(dlock_cli_common PUBLIC dlock_internal fmt::fmt-header-only CLI11::CLI11
+    nlohmann_json::nlohmann_json PRIVATE dlock_warnings)
+endif()
+
 if(DLOCK_BUILD_CLI)
   add_executable(dlock_cli
     src/cli/main.cpp
-    src/cli/cli_common.cpp
     src/cli/completion_command.cpp
     src/cli/run_command.cpp
     src/cli/run_arguments.cpp
@@ -16,14 +22,12 @@ if(DLOCK_BUILD_CLI)
     src/cli/run_signals.cpp
     src/cli/admin_commands.cpp
     src/cli/acquire_keeper.cpp
-    src/cli/audit_log.cpp
     src/cli/serve_command.cpp
     src/cli/bench_command.cpp
     src/cli/bench_workers.cpp)
   set_target_properties(dlock_cli PROPERTIES OUTPUT_NAME dlock)
   target_compile_definitions(dlock_cli PRIVATE DLOCK_VERSION="${PROJECT_VERSION}" $<$<BOOL:${DLOCK_WITH_MYSQL}>:DLOCK_WITH_MYSQL=1>)
-  target_link_libraries(dlock_cli PRIVATE dlock_internal fmt::fmt-header-only CLI11::CLI11 nlohmann_json::nlohmann_json
-    dlock_warnings)
+  target_link_libraries(dlock_cli PRIVATE dlock_internal dlock_cli_common dlock_warnings)
   if(DLOCK_STATIC_CLI_EFFECTIVE)
     set_target_properties(dlock_cli PROPERTIES DLOCK_LINK_STATIC ON)
     target_link_options(dlock_cli PRIVATE -static)
@@ -40,11 +44,10 @@ if(DLOCK_BUILD_SERVE)
   # cpp-httplib as a shared library only (its pkg-config flags must match that build).
   find_package(PkgConfig REQUIRED)
   pkg_check_modules(HTTPLIB REQUIRED IMPORTED_TARGET cpp-httplib)
-  add_executable(dlock_serve src/cli/serve_main.cpp src/cli/admin_api.cpp src/cli/audit_log.cpp src/cli/admin_page.cpp
-    src/cli/allowed_hosts.cpp src/cli/http_server.cpp src/cli/cli_common.cpp)
+  add_executable(dlock_serve src/cli/serve_main.cpp src/cli/admin_api.cpp src/cli/admin_page.cpp
+    src/cli/allowed_hosts.cpp src/cli/http_server.cpp)
   set_target_properties(dlock_serve PROPERTIES OUTPUT_NAME dlock-serve)
-  target_link_libraries(dlock_serve PRIVATE dlock_internal fmt::fmt-header-only CLI11::CLI11 nlohmann_json::nlohmann_json
-    PkgConfig::HTTPLIB dlock_warnings)
+  target_link_libraries(dlock_serve PRIVATE dlock_cli_common PkgConfig::HTTPLIB dlock_warnings)
   if(DLOCK_BUILD_CLI)
     add_dependencies(dlock_cli dlock_serve)
   endif()
