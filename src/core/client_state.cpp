@@ -1,5 +1,6 @@
 // The client's state behind the public types: leases and their renewal, loss and release.
 
+#include <pthread.h>
 #include <unistd.h>
 
 #include <algorithm>
@@ -125,7 +126,28 @@ void ClientState::flush_activity_soon() {
 }
 
 std::string ClientState::default_owner() const {
-  return core::owner_of(owner_prefix, ::getpid(), thread_serial(), id);
+  // Built on every acquisition and unlock: kept per thread for the last client it served, and
+  // the pid read once per process (getpid() is a system call; only a fork changes it).
+  static std::atomic<long> pid{0};
+  static const int forget_pid_in_children =
+      pthread_atfork(nullptr, nullptr, [] { pid.store(0, std::memory_order_relaxed); });
+  static_cast<void>(forget_pid_in_children);
+  long current = pid.load(std::memory_order_relaxed);
+  if (current == 0) {
+    current = ::getpid();
+    pid.store(current, std::memory_order_relaxed);
+  }
+  struct Cached {
+    const ClientState* client = nullptr;
+    std::string client_id;
+    long pid = 0;
+    std::string owner;
+  };
+  thread_local Cached cached;
+  if (cached.client != this || cached.pid != current || cached.client_id != id) {
+    cached = {this, id, current, core::owner_of(owner_prefix, current, thread_serial(), id)};
+  }
+  return cached.owner;
 }
 
 LockSpec ClientState::resolve(std::string_view key, const LockOptions& options) const {
