@@ -40,6 +40,7 @@ add_library(dlock_objects OBJECT
   src/core/activity.cpp
   src/core/client.cpp
   src/core/client_state.cpp
+  src/core/lease_life.cpp
   src/core/mutex.cpp
   src/core/multi_lock.cpp
   src/core/lease_sets.cpp
