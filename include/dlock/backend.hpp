@@ -48,6 +48,13 @@
 // kWriterClaim; a writer's waiting attempts renew it (their Busy::retry_within is at most half
 // of it) and the writer's grant ends it. A refused shared request is Busy with the live holders
 // (none, when only the claim refused it) and retry_within at most the claim's remaining time.
+// Nor are readers, by a writer that takes the key back the moment it lets go: a shared request
+// from a Waiter that a live exclusive holder refused places the key's readers' claim on that
+// holder's token, for kWriterClaim (renewed by their waiting attempts); while the key's latest
+// grant is still that token, a new exclusive holder is refused (Busy with no holders when the
+// key is free). The key's next grant ends it. The readers who waited for that holder then enter
+// together: a request with AcquireRequest::waited_behind set is not refused by a writer's claim,
+// so writers and batches of readers take turns.
 // A queue store needs no claim: a shared entry holds only when no exclusive entry is ahead of
 // it (and fewer than its permits are), so a writer keeps its place in line.
 // A release, expiry or force-release that ends a hold rings a waiter, as for the mutex.
@@ -80,8 +87,12 @@ struct AcquireRequest {
   // limit (readers). Always 0 for exclusive requests.
   std::uint32_t permits = 0;
   // Sent by a Waiter's attempt (a call that will wait), never by a try-once acquire(): an
-  // exclusive request that is Busy places the writer's claim (see the top of this file).
+  // exclusive request that is Busy places the writer's claim, a shared one that an exclusive
+  // holder refused places the readers' claim (see the top of this file).
   bool waiting = false;
+  // A waiting shared request whose previous attempt was refused by an exclusive holder: that
+  // holder's token (0: none). Such a reader is not refused by a writer's claim.
+  std::uint64_t waited_behind = 0;
 };
 
 // How long a waiting writer's claim refuses new shared holders without a renewing attempt.

@@ -31,6 +31,9 @@ struct KeyState {
   std::vector<Entry> holders;
   std::uint32_t permits = 0;          // of the shared holders
   Clock::time_point writer_claim{};   // a waiting writer refuses new readers until then
+  Clock::time_point readers_claim{};  // waiting readers refuse new writers until then,
+  std::uint64_t readers_claim_on = 0;  // while the key's last grant is still this one
+  std::uint64_t last_grant = 0;       // the token of the key's latest new holder
 };
 
 // Waiters on one key. One release bumps the generation and wakes one waiter.
@@ -185,8 +188,9 @@ class LocalBackend final : public backend::Backend, public backend::ActivityLedg
       return backend::Busy{Store::infos(it->first, state, now), within};
     };
     if (r.mode == LockMode::exclusive) {
-      if (!holders.empty()) {
-        if (!r.waiting) return busy(retry);
+      const bool readers_first = state.readers_claim > now && state.readers_claim_on == state.last_grant;
+      if (!holders.empty() || readers_first) {
+        if (!r.waiting) return busy(holders.empty() ? until(state.readers_claim, now) : retry);
         state.writer_claim = now + backend::kWriterClaim;
         return busy(std::min(retry, backend::kWriterClaim / 2));
       }
@@ -199,12 +203,20 @@ class LocalBackend final : public backend::Backend, public backend::ActivityLedg
                                   ": every client of one semaphore or read-write lock must agree",
                               it->first);
       }
-      if (!holders.empty() && !shared) return busy(retry);
-      if (state.writer_claim > now) return busy(std::min(retry, until(state.writer_claim, now)));
+      if (!holders.empty() && !shared) {
+        if (!r.waiting) return busy(retry);
+        state.readers_claim = now + backend::kWriterClaim;
+        state.readers_claim_on = holders.front().token;
+        return busy(std::min(retry, backend::kWriterClaim / 2));
+      }
+      if (state.writer_claim > now && r.waited_behind == 0) {
+        return busy(std::min(retry, until(state.writer_claim, now)));
+      }
       if (r.permits != 0 && holders.size() >= r.permits) return busy(retry);
       state.permits = r.permits;
     }
     holders.push_back(Entry{std::string(r.owner), ++store_->last_token, 1, now + r.ttl, now, r.mode});
+    state.last_grant = holders.back().token;
     return backend::Acquired{holders.back().token, 1};
   }
 
@@ -335,14 +347,14 @@ class LocalBackend final : public backend::Backend, public backend::ActivityLedg
   }
 
   // Tokens come from one sequence per store, so dropping keys cannot repeat a token. A waiting
-  // writer's claim keeps its key.
+  // writer's or readers' claim keeps its key.
   std::size_t collect_idle() override {
     std::lock_guard lock(store_->mutex);
     const auto now = Clock::now();
     std::size_t removed = 0;
     for (auto it = store_->keys.begin(); it != store_->keys.end();) {
       Store::prune(it->second, now);
-      if (it->second.holders.empty() && it->second.writer_claim <= now) {
+      if (it->second.holders.empty() && it->second.writer_claim <= now && it->second.readers_claim <= now) {
         it = store_->keys.erase(it);
         ++removed;
       } else {
