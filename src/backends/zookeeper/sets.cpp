@@ -19,8 +19,23 @@ std::pair<Reply<std::vector<OpResult>>, bool> multi_surely(Session& s, const std
   return {reply, retried};
 }
 
-}  // namespace
+// Removes the looks' nodes in one transaction (one by one if one is gone already); throws
+// ConnectionError as drop() does. `key`: for errors.
+void drop_set(Session& s, std::vector<Look>& looks, std::string_view key) {
+  std::vector<Op> ops;
+  for (const auto& look : looks) {
+    if (!look.node.empty()) ops.push_back({.kind = Op::Kind::remove, .path = look.node});
+  }
+  if (!ops.empty() && multi_surely(s, ops).first.rc() != ZOK) {
+    // One was gone (force-released, or removed by a send whose answer was lost): the others.
+    for (const auto& look : looks) drop(s, look.node, key);
+  }
+  for (auto& look : looks) look.node.clear();
+}
 
+// Makes the caller's node in every request's queue, all or none (the key nodes first where
+// missing, as enqueue() does), and reads every queue: one round trip. One Look per request, in
+// order; the nodes' czxid, their token, is the transaction's zxid.
 std::vector<Look> enqueue_set(const std::shared_ptr<Session>& session, const std::string& root,
                               std::span<const backend::AcquireRequest> requests) {
   Session& s = *session;
@@ -75,6 +90,13 @@ std::vector<Look> enqueue_set(const std::shared_ptr<Session>& session, const std
   }
 }
 
+// What a set's looks say, request by request in order, by the single key's rules.
+struct SetVerdict {
+  bool reenters = false;            // a request may re-enter a hold of its owner
+  std::optional<std::size_t> busy;  // else the first request whose node does not hold
+};
+
+// Throws InvalidArgument as check_permits() does.
 SetVerdict judge(std::span<const backend::AcquireRequest> requests, const std::vector<Look>& looks) {
   for (std::size_t i = 0; i < requests.size(); ++i) {
     if (!own_holds(looks[i], requests[i]).empty()) return {.reenters = true};
@@ -84,19 +106,47 @@ SetVerdict judge(std::span<const backend::AcquireRequest> requests, const std::v
   return {};
 }
 
-void drop_set(Session& s, std::vector<Look>& looks, std::string_view key) {
-  std::vector<Op> ops;
-  for (const auto& look : looks) {
-    if (!look.node.empty()) ops.push_back({.kind = Op::Kind::remove, .path = look.node});
+}  // namespace
+
+std::optional<backend::AcquireSetResult> take_set(const std::shared_ptr<Session>& session,
+                                                  const std::string& root,
+                                                  std::span<const backend::AcquireRequest> requests,
+                                                  const Grant& grant) {
+  for (;;) {
+    auto looks = enqueue_set(session, root, requests);
+    Session& s = *session;
+    SetVerdict verdict;
+    try {
+      verdict = judge(requests, looks);
+    } catch (...) {
+      // A try-once call leaves no node behind, whatever failed.
+      try {
+        drop_set(s, looks, requests.front().key);
+      } catch (...) {
+      }
+      throw;
+    }
+    if (verdict.reenters) {
+      drop_set(s, looks, requests.front().key);
+      return std::nullopt;
+    }
+    if (!verdict.busy) {
+      std::vector<backend::Acquired> taken;
+      for (std::size_t i = 0; i < requests.size(); ++i) taken.push_back(grant(requests[i], looks[i]));
+      return taken;
+    }
+    const std::size_t i = *verdict.busy;
+    Reads reads;
+    read_holders(s, root, requests[i].key, looks[i], reads);
+    drop_set(s, looks, requests[i].key);
+    if (auto busy = busy_from(requests[i].key, looks[i], reads, {}))
+      return backend::SetBusy{i, std::move(*busy)};
+    // Its holders went meanwhile: the set is tried again, as acquire() tries a key.
   }
-  if (!ops.empty() && multi_surely(s, ops).first.rc() != ZOK) {
-    // One was gone (force-released, or removed by a send whose answer was lost): the others.
-    for (const auto& look : looks) drop(s, look.node, key);
-  }
-  for (auto& look : looks) look.node.clear();
 }
 
-std::optional<std::vector<HeldNode>> drop_holds(Session& s, const std::vector<HeldNode>& nodes, std::string_view key) {
+std::optional<std::vector<HeldNode>> drop_holds(Session& s, const std::vector<HeldNode>& nodes,
+                                                std::string_view key) {
   std::vector<HeldNode> left = nodes;
   std::vector<Op> ops;
   for (auto& node : left) {
@@ -105,7 +155,8 @@ std::optional<std::vector<HeldNode>> drop_holds(Session& s, const std::vector<He
       ops.push_back({.kind = Op::Kind::remove, .path = node.path, .version = node.version});
     } else {
       --node.data.holds;
-      ops.push_back({.kind = Op::Kind::set, .path = node.path, .data = to_data(node.data), .version = node.version});
+      ops.push_back(
+          {.kind = Op::Kind::set, .path = node.path, .data = to_data(node.data), .version = node.version});
     }
   }
   auto [reply, retried] = multi_surely(s, ops);

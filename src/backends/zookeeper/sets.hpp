@@ -5,6 +5,7 @@
 // nodes removed, or one hold of each dropped, in one transaction. Who holds is decided by the
 // single key's rules (nodes.hpp, queue.hpp), key by key.
 
+#include <functional>
 #include <memory>
 #include <optional>
 #include <span>
@@ -19,25 +20,17 @@
 
 namespace dlock::backends::zookeeper {
 
-// Makes the caller's node in every request's queue, all or none (the key nodes first where
-// missing, as enqueue() does), and reads every queue: one round trip. One Look per request, in
-// order; the nodes' czxid, their token, is the transaction's zxid.
-std::vector<Look> enqueue_set(const std::shared_ptr<Session>& session, const std::string& root,
-                              std::span<const backend::AcquireRequest> requests);
-
-// What a set's looks say, request by request in order, by the single key's rules.
-struct SetVerdict {
-  // A request may re-enter a hold of its owner (queue.hpp, own_holds).
-  bool reenters = false;
-  // Else the first request whose node does not hold; none when every node holds.
-  std::optional<std::size_t> busy;
-};
-// Throws InvalidArgument as check_permits() does.
-SetVerdict judge(std::span<const backend::AcquireRequest> requests, const std::vector<Look>& looks);
-
-// Removes the looks' nodes in one transaction (one by one if one is gone already); throws
-// ConnectionError as drop() does. `key`: for errors.
-void drop_set(Session& s, std::vector<Look>& looks, std::string_view key);
+// One try-once attempt at every request (Backend::acquire_set): one transaction makes the
+// caller's node in every key's queue, read with it; then, by the single key's rules, every node
+// holds (`grant` makes each a lease), or the set's nodes go in another transaction, sent with
+// the reads of the first busy key's holders. Nothing when a request may re-enter a hold of its
+// owner: a re-entry reads that hold to confirm the owner, then writes it (settle), which the
+// core's key-by-key path does for this rare set.
+using Grant = std::function<backend::Acquired(const backend::AcquireRequest&, const Look&)>;
+std::optional<backend::AcquireSetResult> take_set(const std::shared_ptr<Session>& session,
+                                                  const std::string& root,
+                                                  std::span<const backend::AcquireRequest> requests,
+                                                  const Grant& grant);
 
 // A node of this client's, as last read or written.
 struct HeldNode {
@@ -49,6 +42,7 @@ struct HeldNode {
 // Drops one hold of each node in one transaction, as release() does one: a node's last hold
 // deletes it, another hold decrements its count, each versioned. Nothing when a node went or
 // changed since it was read: then nothing was done. `key`: for errors.
-std::optional<std::vector<HeldNode>> drop_holds(Session& s, const std::vector<HeldNode>& nodes, std::string_view key);
+std::optional<std::vector<HeldNode>> drop_holds(Session& s, const std::vector<HeldNode>& nodes,
+                                                std::string_view key);
 
 }  // namespace dlock::backends::zookeeper

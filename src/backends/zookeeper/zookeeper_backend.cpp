@@ -202,41 +202,9 @@ class ZooKeeperBackend final : public backend::Backend {
                        true);
   }
 
-  // One transaction makes a node in every key's queue, read with it (sets.hpp); then, by the
-  // single key's rules, the set holds every key, or its nodes go in another transaction.
   std::optional<backend::AcquireSetResult> acquire_set(std::span<const backend::AcquireRequest> requests) override {
-    for (;;) {
-      auto looks = enqueue_set(session(), settings_.root, requests);
-      Session& s = *looks.front().session;
-      SetVerdict verdict;
-      try {
-        verdict = judge(requests, looks);
-      } catch (...) {
-        // A try-once call leaves no node behind, whatever failed.
-        try {
-          drop_set(s, looks, requests.front().key);
-        } catch (...) {
-        }
-        throw;
-      }
-      if (verdict.reenters) {
-        // A re-entry reads its hold to confirm the owner, then writes it (settle): the core's
-        // key-by-key path does that, for this rare set.
-        drop_set(s, looks, requests.front().key);
-        return std::nullopt;
-      }
-      if (!verdict.busy) {
-        std::vector<backend::Acquired> taken;
-        for (std::size_t i = 0; i < requests.size(); ++i) taken.push_back(granted(requests[i], looks[i]));
-        return taken;
-      }
-      const std::size_t i = *verdict.busy;
-      Reads reads;
-      read_holders(s, settings_.root, requests[i].key, looks[i], reads);
-      drop_set(s, looks, requests[i].key);
-      if (auto busy = busy_from(requests[i].key, looks[i], reads, {})) return backend::SetBusy{i, std::move(*busy)};
-      // Its holders went meanwhile: the set is tried again, as acquire() tries a key.
-    }
+    return take_set(session(), settings_.root, requests,
+                    [this](const backend::AcquireRequest& request, const Look& look) { return granted(request, look); });
   }
 
   // One transaction drops a hold of every lease whose node this client knows (sets.hpp); any

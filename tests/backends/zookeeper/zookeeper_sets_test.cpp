@@ -29,8 +29,8 @@ namespace dlock {
 namespace {
 
 using namespace std::chrono_literals;
-using backend::AcquireRequest;
 using backend::Acquired;
+using backend::AcquireRequest;
 using backend::LeaseRef;
 using backend::SetBusy;
 using test::sole_holder;
@@ -49,7 +49,9 @@ class ZooKeeperSets : public ::testing::Test {
   }
 
   std::string url() const { return servers_->url() + "/dlock-sets-" + run_; }
-  std::shared_ptr<backend::Backend> open_backend() const { return backends::open_backend(core::Url::parse(url())); }
+  std::shared_ptr<backend::Backend> open_backend() const {
+    return backends::open_backend(core::Url::parse(url()));
+  }
   std::string key(const std::string& name) const {
     return std::string(::testing::UnitTest::GetInstance()->current_test_info()->name()) + "/" + name;
   }
@@ -83,7 +85,8 @@ TEST_F(ZooKeeperSets, ASetFindingOneKeyBusyLeavesNoNodeOnAnyKey) {
     const auto blocker = theirs->acquire(request(keys[busy], "them"));
     ASSERT_TRUE(std::holds_alternative<Acquired>(blocker));
     const auto token = std::get<Acquired>(blocker).token;
-    const std::vector<AcquireRequest> set{request(keys[0], "me"), request(keys[1], "me"), request(keys[2], "me")};
+    const std::vector<AcquireRequest> set{request(keys[0], "me"), request(keys[1], "me"),
+                                          request(keys[2], "me")};
     const auto result = mine->acquire_set(set);
     ASSERT_TRUE(result);
     const auto* refused = std::get_if<SetBusy>(&*result);
