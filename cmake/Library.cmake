@@ -119,6 +119,7 @@ if(DLOCK_WITH_ZOOKEEPER)
     src/backends/zookeeper/nodes.cpp
     src/backends/zookeeper/queue.cpp
     src/backends/zookeeper/session.cpp
+    src/backends/zookeeper/sets.cpp
     src/backends/zookeeper/settings.cpp
     src/backends/zookeeper/zookeeper_backend.cpp)
   target_include_directories(dlock_objects PRIVATE ${ZooKeeper_INCLUDE_DIRS})

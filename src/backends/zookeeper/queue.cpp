@@ -10,11 +10,6 @@ namespace {
 
 using std::chrono::milliseconds;
 
-// How long a request lost with the connection may wait for the session to come back.
-std::chrono::steady_clock::time_point deadline_for(const Session& s) {
-  return std::chrono::steady_clock::now() + s.timeout();
-}
-
 // Finds the caller's node in the queue; false when it is not there.
 bool locate(Look& look) {
   const auto slash = look.node.rfind('/');
@@ -28,7 +23,17 @@ bool locate(Look& look) {
   return false;
 }
 
-// The caller's node made by an attempt whose answer was lost, if the ensemble made it.
+std::string permits_text(std::uint32_t permits) {
+  if (permits == 0) return "no limit on shared holders (a read-write lock)";
+  return std::to_string(permits) + (permits == 1 ? " permit" : " permits") + " (a semaphore)";
+}
+
+}  // namespace
+
+std::string key_path(const std::string& root, std::string_view key) { return root + "/" + encode_key(key); }
+
+bool reconnected(const Session& s) { return s.wait_connected(std::chrono::steady_clock::now() + s.timeout()); }
+
 bool found(Look& look, const std::string& root, std::string_view key, const std::string& attempt_id) {
   auto names = look.session->children(key_path(root, key));
   if (names.rc() == ZNONODE) return false;
@@ -46,16 +51,22 @@ bool found(Look& look, const std::string& root, std::string_view key, const std:
   return false;
 }
 
-// The key's node: a container, which the ensemble deletes some time after its last child goes.
-void make_key_node(Session& s, const std::string& root, std::string_view key) {
-  make_root(s, root, key);
-  const int rc = s.create(key_path(root, key), "", ZOO_CONTAINER).rc();
-  if (rc != ZOK && rc != ZNODEEXISTS) check(rc, "acquire", key);
+void make_key_nodes(Session& s, const std::string& root, const std::vector<std::string_view>& keys) {
+  make_root(s, root, keys.front());
+  std::vector<Reply<Node>> made;
+  for (const auto key : keys) made.push_back(s.create(key_path(root, key), "", ZOO_CONTAINER));
+  for (std::size_t i = 0; i < keys.size(); ++i) {
+    const int rc = made[i].rc();
+    if (rc != ZOK && rc != ZNODEEXISTS) check(rc, "acquire", keys[i]);
+  }
 }
 
-}  // namespace
-
-std::string key_path(const std::string& root, std::string_view key) { return root + "/" + encode_key(key); }
+bool take_queue(Look& look, Reply<std::vector<std::string>>& names, std::string_view key) {
+  if (names.rc() == ZNONODE) return false;
+  check(names.rc(), "acquire", key);
+  look.queue = queue_of(names.value());
+  return locate(look);
+}
 
 Look enqueue(std::shared_ptr<Session> session, const std::string& root,
              const backend::AcquireRequest& request) {
@@ -76,10 +87,10 @@ Look enqueue(std::shared_ptr<Session> session, const std::string& root,
     const int rc = made.rc();
     if (rc == ZNONODE && attempt < 3) {
       names.rc();
-      make_key_node(s, root, request.key);
+      make_key_nodes(s, root, {request.key});
       continue;
     }
-    if (lost_connection(rc) && attempt < 3 && s.wait_connected(deadline_for(s))) {
+    if (lost_connection(rc) && attempt < 3 && reconnected(s)) {
       // The create may have been made: find it by its attempt tag, or make it now.
       if (found(look, root, request.key, attempt_id)) return look;
       continue;
@@ -87,19 +98,14 @@ Look enqueue(std::shared_ptr<Session> session, const std::string& root,
     check(rc, "acquire", request.key, Write::yes);
     look.node = made.value().data;
     look.stat = made.value().stat;
-    check(names.rc(), "acquire", request.key);
-    look.queue = queue_of(names.value());
-    locate(look);
+    take_queue(look, names, request.key);
     return look;
   }
 }
 
 bool refresh(Look& look, const std::string& root, std::string_view key) {
   auto names = look.session->children(key_path(root, key));
-  if (names.rc() == ZNONODE) return false;
-  check(names.rc(), "acquire", key);
-  look.queue = queue_of(names.value());
-  return locate(look);
+  return take_queue(look, names, key);
 }
 
 void drop(Session& s, const std::string& node, std::string_view key) {
@@ -115,7 +121,7 @@ void drop(Session& s, const std::string& node, std::string_view key) {
 std::pair<int, bool> remove_surely(Session& s, const std::string& path, int version) {
   int rc = s.remove(path, version).rc();
   bool retried = false;
-  for (int attempt = 0; lost_connection(rc) && attempt < 5 && s.wait_connected(deadline_for(s)); ++attempt) {
+  for (int attempt = 0; lost_connection(rc) && attempt < 5 && reconnected(s); ++attempt) {
     retried = true;
     rc = s.remove(path, version).rc();
   }
@@ -148,6 +154,61 @@ std::vector<LockInfo> holders(Session& s, const std::string& root, std::string_v
     infos.back().queue = queued;
   }
   return infos;
+}
+
+std::vector<std::size_t> own_holds(const Look& look, const backend::AcquireRequest& request) {
+  const std::string tag = owner_tag(request.owner);
+  std::vector<std::size_t> owned;
+  for (std::size_t i = 0; i < look.index; ++i) {
+    const Child& node = look.queue[i];
+    if (node.tag == tag && holds(look.queue, i) &&
+        (request.mode == LockMode::shared || node.mode == LockMode::exclusive)) {
+      owned.push_back(i);
+    }
+  }
+  return owned;
+}
+
+void check_permits(const backend::AcquireRequest& request, const Look& look) {
+  if (request.mode != LockMode::shared) return;
+  const auto first = first_shared(look.queue, look.index);
+  if (!first || look.queue[*first].permits == request.permits) return;
+  const std::string key(request.key);
+  throw InvalidArgument("'" + key + "' is " + (holds(look.queue, *first) ? "held" : "waited for") + " with " +
+                            permits_text(look.queue[*first].permits) + " and this request asks for " +
+                            permits_text(request.permits) +
+                            ": every client of one semaphore or read-write lock must agree",
+                        key);
+}
+
+void read_holders(Session& s, const std::string& root, std::string_view key, const Look& look, Reads& reads) {
+  const std::string dir = key_path(root, key) + "/";
+  for (std::size_t i = 0; i < look.index; ++i) {
+    if (holds(look.queue, i) && reads.count(i) == 0) reads.emplace(i, s.get(dir + look.queue[i].name));
+  }
+}
+
+std::optional<backend::Busy> busy_from(std::string_view key, const Look& look, Reads& reads,
+                                       const std::function<void(std::size_t)>& gone) {
+  std::size_t holders = 0;
+  for (std::size_t i = 0; i < look.index; ++i) holders += holds(look.queue, i) ? 1 : 0;
+  std::vector<LockInfo> infos;
+  auto retry = milliseconds::max();
+  for (auto& [i, reply] : reads) {
+    if (reply.rc() == ZNONODE) {
+      if (gone) gone(i);
+      continue;
+    }
+    check(reply.rc(), "acquire", key);
+    const auto data = from_data(reply.value().data);
+    if (!data || !holds(look.queue, i)) continue;
+    infos.push_back(to_info(key, reply.value().stat, *data, look.queue.size() - holders));
+    retry = std::min(retry, data->session_timeout);
+  }
+  if (infos.empty()) return std::nullopt;
+  // A holder's node goes when it releases or its session ends, and a watch fires; the core's
+  // bound on the wait is only a fallback.
+  return backend::Busy{std::move(infos), std::max(retry, milliseconds(1000))};
 }
 
 LockInfo to_info(std::string_view key, const Stat& stat, const NodeData& data, std::size_t waiters) {

@@ -5,6 +5,7 @@
 #include <cstdio>
 #include <memory>
 #include <utility>
+#include <vector>
 
 #include "dlock/errors.hpp"
 
@@ -218,6 +219,58 @@ Reply<Node> Session::remove(const std::string& path, int version) {
   auto [reply, state] = make_reply<Node>();
   const int sent = zoo_adelete(zh_, path.c_str(), version, removed_done, state);
   if (sent != ZOK) refuse<Node>(state, sent);
+  return reply;
+}
+
+namespace {
+// A transaction in flight: where the client writes each operation's result until it answers.
+struct Transaction {
+  void* reply;
+  std::vector<zoo_op_result_t> results;
+  std::vector<std::vector<char>> paths;  // a create's path made
+  std::vector<Stat> stats;               // a set's Stat
+};
+
+void multi_done(int rc, const void* data) {
+  const std::unique_ptr<Transaction> t(static_cast<Transaction*>(const_cast<void*>(data)));
+  complete<std::vector<OpResult>>(t->reply, rc, [&](std::vector<OpResult>& results) {
+    results.resize(t->results.size());
+    for (std::size_t i = 0; i < results.size(); ++i) {
+      results[i].stat = t->stats[i];
+      if (!t->paths[i].empty()) results[i].path = t->paths[i].data();
+    }
+  });
+}
+}  // namespace
+
+Reply<std::vector<OpResult>> Session::multi(const std::vector<Op>& ops) {
+  auto [reply, state] = make_reply<std::vector<OpResult>>();
+  auto* t = new Transaction{state, std::vector<zoo_op_result_t>(ops.size()), std::vector<std::vector<char>>(ops.size()),
+                            std::vector<Stat>(ops.size())};
+  std::vector<zoo_op_t> zops(ops.size());
+  for (std::size_t i = 0; i < ops.size(); ++i) {
+    const Op& op = ops[i];
+    const auto size = static_cast<int>(op.data.size());
+    switch (op.kind) {
+      case Op::Kind::create:
+        t->paths[i].assign(op.path.size() + 32, '\0');  // room for the sequence suffix
+        zoo_create_op_init(&zops[i], op.path.c_str(), op.data.data(), size, acl(), op.mode, t->paths[i].data(),
+                           static_cast<int>(t->paths[i].size()));
+        break;
+      case Op::Kind::remove:
+        zoo_delete_op_init(&zops[i], op.path.c_str(), op.version);
+        break;
+      case Op::Kind::set:
+        zoo_set_op_init(&zops[i], op.path.c_str(), op.data.data(), size, op.version, &t->stats[i]);
+        break;
+    }
+  }
+  // The operations are serialized here; only the results are written to later.
+  const int sent = zoo_amulti(zh_, static_cast<int>(zops.size()), zops.data(), t->results.data(), multi_done, t);
+  if (sent != ZOK) {
+    delete t;
+    refuse<std::vector<OpResult>>(state, sent);
+  }
   return reply;
 }
 

@@ -40,6 +40,21 @@ struct Node {
   std::string data;
 };
 
+// One operation of a transaction (Session::multi).
+struct Op {
+  enum class Kind { create, remove, set } kind = Kind::create;
+  std::string path;
+  std::string data;  // create, set
+  int mode = 0;      // create: ZOO_EPHEMERAL_SEQUENTIAL, ...
+  int version = -1;  // remove, set: -1 for any
+};
+
+// One operation's result in a transaction that was made: the path a create made, a set's Stat.
+struct OpResult {
+  std::string path;
+  Stat stat{};
+};
+
 // One request's answer, filled in on the completion thread.
 template <class T>
 class Reply {
@@ -104,6 +119,9 @@ class Session {
   Reply<Node> exists(const std::string& path);
   Reply<Node> set(const std::string& path, const std::string& data, int version);
   Reply<Node> remove(const std::string& path, int version);
+  // Every operation in one transaction, all or none (zoo_amulti): the answer is the first
+  // failed operation's code; each operation's result when it was made.
+  Reply<std::vector<OpResult>> multi(const std::vector<Op>& ops);
 
  private:
   static void on_event(zhandle_t* zh, int type, int state, const char* path, void* context);

@@ -31,6 +31,7 @@
 #include "backends/zookeeper/nodes.hpp"
 #include "backends/zookeeper/queue.hpp"
 #include "backends/zookeeper/session.hpp"
+#include "backends/zookeeper/sets.hpp"
 #include "backends/zookeeper/settings.hpp"
 #include "dlock/errors.hpp"
 
@@ -201,6 +202,39 @@ class ZooKeeperBackend final : public backend::Backend {
                        true);
   }
 
+  std::optional<backend::AcquireSetResult> acquire_set(std::span<const backend::AcquireRequest> requests) override {
+    return take_set(session(), settings_.root, requests,
+                    [this](const backend::AcquireRequest& request, const Look& look) { return granted(request, look); });
+  }
+
+  // One transaction drops a hold of every lease whose node this client knows (sets.hpp); any
+  // other is left to release(), one by one.
+  std::optional<std::vector<std::optional<std::uint32_t>>> release_set(
+      std::span<const backend::LeaseRef> leases) override {
+    std::vector<HeldNode> nodes;
+    for (const auto& lease : leases) {
+      const auto place = cached(lease);
+      if (!place || place->data.evicted) return std::nullopt;
+      nodes.push_back({place->path, place->data, place->version});
+    }
+    for (std::size_t i = 0; i < leases.size(); ++i) {
+      if (nodes[i].data.holds <= 1) releasing(leases[i]);
+    }
+    const auto left = drop_holds(*session(), nodes, leases.front().key);
+    if (!left) return std::nullopt;
+    std::vector<std::optional<std::uint32_t>> answers;
+    for (std::size_t i = 0; i < leases.size(); ++i) {
+      const auto& node = (*left)[i];
+      if (node.data.holds == 0) {
+        forget(leases[i]);
+      } else {
+        remember(leases[i], node.path, node.data, node.version);
+      }
+      answers.emplace_back(node.data.holds);
+    }
+    return answers;
+  }
+
   std::vector<LockInfo> inspect(std::string_view key) override {
     auto s = session();
     for (;;) {
@@ -347,17 +381,10 @@ class ZooKeeperBackend final : public backend::Backend {
                                                const std::shared_ptr<Signal>& wake) {
     Session& s = *look.session;
     const std::string dir = key_path(request.key) + "/";
-    const auto& queue = look.queue;
-    // This owner's holds before its node, which the request re-enters: either mode when asked
-    // shared (a writer may also read), an exclusive one only when asked exclusive (a shared
-    // holder asking exclusive is Busy: no upgrades).
-    const std::string tag = owner_tag(request.owner);
     std::vector<std::pair<std::string, Reply<Node>>> owned;
-    for (std::size_t i = 0; i < look.index; ++i) {
-      if (queue[i].tag == tag && holds(queue, i) &&
-          (request.mode == LockMode::shared || queue[i].mode == LockMode::exclusive)) {
-        owned.emplace_back(dir + queue[i].name, s.get(dir + queue[i].name));
-      }
+    for (const auto i : own_holds(look, request)) {
+      const std::string path = dir + look.queue[i].name;
+      owned.emplace_back(path, s.get(path));
     }
     for (auto& [path, reply] : owned) {
       if (reply.rc() == ZNONODE) continue;
@@ -367,13 +394,18 @@ class ZooKeeperBackend final : public backend::Backend {
         return reenter(request, look, path, *data, reply.value().stat);
       }
     }
-    check_permits(request, queue, look.index);
-    if (!holds(queue, look.index)) return busy(request, look, wake);
+    check_permits(request, look);
+    if (!holds(look.queue, look.index)) return busy(request, look, wake);
+    return granted(request, look);
+  }
+
+  // The caller's node holds: the lease's now, watched for a force-release.
+  backend::Acquired granted(const backend::AcquireRequest& request, const Look& look) {
     const auto token = static_cast<std::uint64_t>(look.stat.czxid);
     const backend::LeaseRef lease{request.key, request.owner, token};
     remember(lease, look.node, look.data, look.stat.version);
-    arm(s, lease);
-    return backend::Acquired{token, 1, std::nullopt, s.timeout()};
+    arm(*look.session, lease);
+    return backend::Acquired{token, 1, std::nullopt, look.session->timeout()};
   }
 
   std::string key_path(std::string_view key) const { return zookeeper::key_path(settings_.root, key); }
@@ -405,71 +437,27 @@ class ZooKeeperBackend final : public backend::Backend {
     Session& s = *look.session;
     const std::string dir = key_path(request.key) + "/";
     const auto& queue = look.queue;
-    std::map<std::size_t, Reply<Node>> reads;
+    Reads reads;
     for (const auto i : wake ? awaited(queue, look.index) : std::vector<std::size_t>()) {
       const std::string path = dir + queue[i].name;
       if (!wake->watch(path)) continue;
       reads.emplace(i, s.get(path, [wake, path](int type) { wake->fire(path, type == ZOO_DELETED_EVENT); }));
     }
-    std::size_t holders = 0;
-    for (std::size_t i = 0; i < look.index; ++i) {
-      if (!holds(queue, i)) continue;
-      ++holders;
-      if (reads.count(i) == 0) reads.emplace(i, s.get(dir + queue[i].name));
-    }
+    read_holders(s, settings_.root, request.key, look, reads);
     if (!wake) {
       drop(s, look.node, request.key);
       look.node.clear();
+      return busy_from(request.key, look, reads, {});
     }
-    std::vector<LockInfo> infos;
-    auto retry = milliseconds::max();
-    for (auto& [i, reply] : reads) {
-      if (reply.rc() == ZNONODE) {
-        if (wake) wake->fire(dir + queue[i].name, true);  // gone already: look again at once
-        continue;
-      }
-      check(reply.rc(), "acquire", request.key);
-      const auto data = from_data(reply.value().data);
-      if (!data || !holds(queue, i)) continue;
-      infos.push_back(to_info(request.key, reply.value().stat, *data, queue.size() - holders));
-      retry = std::min(retry, data->session_timeout);
-    }
-    if (infos.empty()) {
-      return wake ? std::optional<backend::AcquireResult>(backend::Busy{{}, milliseconds(0)}) : std::nullopt;
-    }
-    // A holder's node goes when it releases or its session ends, and a watch fires; the core's
-    // bound on the wait is only a fallback.
-    return backend::Busy{std::move(infos), std::max(retry, milliseconds(1000))};
-  }
-
-  // A shared request must ask the permits of the key's first shared node (a holder, or a reader
-  // waiting behind a writer).
-  static void check_permits(const backend::AcquireRequest& request, const std::vector<Child>& queue,
-                            std::size_t index) {
-    if (request.mode != LockMode::shared) return;
-    const auto first = first_shared(queue, index);
-    if (!first || queue[*first].permits == request.permits) return;
-    const std::string key(request.key);
-    throw InvalidArgument("'" + key + "' is " + (holds(queue, *first) ? "held" : "waited for") + " with " +
-                              permits_text(queue[*first].permits) + " and this request asks for " +
-                              permits_text(request.permits) +
-                              ": every client of one semaphore or read-write lock must agree",
-                          key);
-  }
-
-  static std::string permits_text(std::uint32_t permits) {
-    if (permits == 0) return "no limit on shared holders (a read-write lock)";
-    return std::to_string(permits) + (permits == 1 ? " permit" : " permits") + " (a semaphore)";
+    // A watched node gone already: look again at once.
+    auto answer = busy_from(request.key, look, reads, [&](std::size_t i) { wake->fire(dir + queue[i].name, true); });
+    return answer ? std::move(*answer) : backend::Busy{{}, milliseconds(0)};
   }
 
   // The node of an acquisition: as this client remembers it, or found in the queue (another
   // client of the same owner took it).
   std::optional<Place> find(const std::shared_ptr<Session>& s, const backend::LeaseRef& lease) {
-    {
-      std::lock_guard lock(mutex_);
-      const auto it = places_.find({std::string(lease.key), std::string(lease.owner), lease.token});
-      if (it != places_.end()) return it->second;
-    }
+    if (auto place = cached(lease)) return place;
     auto names = s->children(key_path(lease.key));
     if (names.rc() == ZNONODE) return std::nullopt;
     check(names.rc(), "find", lease.key);
@@ -484,6 +472,14 @@ class ZooKeeperBackend final : public backend::Backend {
       return Place{path, *data, reply.value().stat.version};
     }
     return std::nullopt;
+  }
+
+  // The node of an acquisition as this client remembers it.
+  std::optional<Place> cached(const backend::LeaseRef& lease) {
+    std::lock_guard lock(mutex_);
+    const auto it = places_.find({std::string(lease.key), std::string(lease.owner), lease.token});
+    if (it == places_.end()) return std::nullopt;
+    return it->second;
   }
 
   void remember(const backend::LeaseRef& lease, const std::string& path, const NodeData& data, int version) {

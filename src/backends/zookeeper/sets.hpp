@@ -1,0 +1,48 @@
+#pragma once
+
+// Several keys' queues at once (Backend::acquire_set and release_set): the caller's node made in
+// every key's queue in one transaction and every queue read with it, in one round trip; a set's
+// nodes removed, or one hold of each dropped, in one transaction. Who holds is decided by the
+// single key's rules (nodes.hpp, queue.hpp), key by key.
+
+#include <functional>
+#include <memory>
+#include <optional>
+#include <span>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "backends/zookeeper/nodes.hpp"
+#include "backends/zookeeper/queue.hpp"
+#include "backends/zookeeper/session.hpp"
+#include "dlock/backend.hpp"
+
+namespace dlock::backends::zookeeper {
+
+// One try-once attempt at every request (Backend::acquire_set): one transaction makes the
+// caller's node in every key's queue, read with it; then, by the single key's rules, every node
+// holds (`grant` makes each a lease), or the set's nodes go in another transaction, sent with
+// the reads of the first busy key's holders. Nothing when a request may re-enter a hold of its
+// owner: a re-entry reads that hold to confirm the owner, then writes it (settle), which the
+// core's key-by-key path does for this rare set.
+using Grant = std::function<backend::Acquired(const backend::AcquireRequest&, const Look&)>;
+std::optional<backend::AcquireSetResult> take_set(const std::shared_ptr<Session>& session,
+                                                  const std::string& root,
+                                                  std::span<const backend::AcquireRequest> requests,
+                                                  const Grant& grant);
+
+// A node of this client's, as last read or written.
+struct HeldNode {
+  std::string path;
+  NodeData data;
+  int version = 0;
+};
+
+// Drops one hold of each node in one transaction, as release() does one: a node's last hold
+// deletes it, another hold decrements its count, each versioned. Nothing when a node went or
+// changed since it was read: then nothing was done. `key`: for errors.
+std::optional<std::vector<HeldNode>> drop_holds(Session& s, const std::vector<HeldNode>& nodes,
+                                                std::string_view key);
+
+}  // namespace dlock::backends::zookeeper
