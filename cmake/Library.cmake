@@ -99,6 +99,7 @@ if(DLOCK_WITH_REDIS)
     src/backends/redis/connection.cpp
     src/backends/redis/keys.cpp
     src/backends/redis/redis_backend.cpp
+    src/backends/redis/sets.cpp
     src/backends/redis/subscriber.cpp
     src/backends/redlock/activity.cpp
     src/backends/redlock/agreement.cpp
