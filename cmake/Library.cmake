@@ -89,17 +89,18 @@ if(DLOCK_WITH_REDIS)
   set(redis_lua ${PROJECT_SOURCE_DIR}/src/backends/redis/lua)
   set(redlock_lua ${PROJECT_SOURCE_DIR}/src/backends/redlock/lua)
   set(generated ${PROJECT_BINARY_DIR}/generated/backends)
-  set(redis_common "${redis_lua}/common.lua;${redis_lua}/holders.lua;${redis_lua}/queue.lua")
+  set(redis_common "${redis_lua}/common.lua;${redis_lua}/holders.lua;${redis_lua}/queue.lua;${redis_lua}/attempt.lua")
   dlock_embed_lua(${generated}/redis/lua_scripts.hpp dlock::backends::redis::lua ${redis_lua}
     "${redis_common}"
-    acquire refresh leave renew release inspect force_release list collect add_activity)
+    acquire acquire_set refresh leave renew release release_set inspect force_release list collect add_activity)
   dlock_embed_lua(${generated}/redlock/lua_scripts.hpp dlock::backends::redlock::lua ${redlock_lua}
     "${redis_common};${redlock_lua}/bells.lua"
-    adopt release force_release sleep leave)
+    adopt release release_set force_release sleep leave)
   target_sources(dlock_objects PRIVATE
     src/backends/redis/connection.cpp
     src/backends/redis/keys.cpp
     src/backends/redis/redis_backend.cpp
+    src/backends/redis/sets.cpp
     src/backends/redis/subscriber.cpp
     src/backends/redlock/activity.cpp
     src/backends/redlock/agreement.cpp

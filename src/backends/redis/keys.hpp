@@ -42,6 +42,8 @@ class LockKeys {
       : key(key_), lock(ns + ":{" + std::string(key_) + "}"), seq(lock + ":seq"), queue(lock + ":q"),
         waiters(lock + ":qi"), held_(held), known_(known) {}
   std::vector<std::string_view> all() const { return {lock, seq, queue, waiters, held_, known_}; }
+  // The lock's own keys, without the indexes: a set script's KEYS per lock (sets.hpp).
+  std::vector<std::string_view> own() const { return {lock, seq, queue, waiters}; }
   // redis://'s waiter box; redlock://'s sleepers and bell.
   std::string box(const std::string& waiter) const { return lock + ":w:" + waiter; }
   std::string sleepers() const { return lock + ":sl"; }

@@ -17,6 +17,7 @@
 #include "backends/redis/connection.hpp"
 #include "backends/redis/keys.hpp"
 #include "backends/redis/lua_scripts.hpp"
+#include "backends/redis/sets.hpp"
 #include "backends/redis/subscriber.hpp"
 #include "dlock/errors.hpp"
 
@@ -29,11 +30,13 @@ using std::chrono::milliseconds;
 
 const std::string kName = "redis";
 enum Script : std::size_t {
-  kAcquire, kRefresh, kLeave, kRenew, kRelease, kInspect, kForceRelease, kList, kCollect, kAddActivity
+  kAcquire, kAcquireSet, kRefresh, kLeave, kRenew, kRelease, kReleaseSet, kInspect, kForceRelease, kList, kCollect,
+  kAddActivity
 };
 const std::vector<std::string_view> kSources = {
-    lua::kAcquireLua,      lua::kRefreshLua, lua::kLeaveLua,   lua::kRenewLua,   lua::kReleaseLua,
-    lua::kInspectLua,      lua::kForceReleaseLua, lua::kListLua, lua::kCollectLua, lua::kAddActivityLua};
+    lua::kAcquireLua, lua::kAcquireSetLua,    lua::kRefreshLua, lua::kLeaveLua,   lua::kRenewLua,
+    lua::kReleaseLua, lua::kReleaseSetLua,    lua::kInspectLua, lua::kForceReleaseLua, lua::kListLua,
+    lua::kCollectLua, lua::kAddActivityLua};
 
 struct Settings {
   Endpoint endpoint;
@@ -80,9 +83,25 @@ class RedisBackend final : public backend::Backend, public backend::ActivityLedg
     const LockKeys keys = lock_keys(lease.key);
     const std::string token = std::to_string(lease.token);
     auto connection = take(lease.key);
-    const auto left = integer(run(*connection, kRelease, keys.all(), {lease.key, lease.owner, token}, lease.key).get());
-    if (left < 0) return std::nullopt;
-    return static_cast<std::uint32_t>(left);
+    return holds_left(run(*connection, kRelease, keys.all(), {lease.key, lease.owner, token}, lease.key).get());
+  }
+
+  // Every mode, fair or not, in one script (lua/acquire_set.lua).
+  std::optional<backend::AcquireSetResult> acquire_set(std::span<const backend::AcquireRequest> requests) override {
+    const SetCall call = SetCall::acquire(settings_.ns, store_, requests, settings_.fair);
+    auto connection = take(requests.front().key);
+    const Reply reply = run(*connection, kAcquireSet, call.keys(), call.args(), requests.front().key);
+    return acquire_set_answer(requests, reply.get());
+  }
+
+  std::optional<std::vector<std::optional<std::uint32_t>>> release_set(
+      std::span<const backend::LeaseRef> leases) override {
+    const SetCall call = SetCall::release(settings_.ns, store_, leases);
+    auto connection = take(leases.front().key);
+    const Reply reply = run(*connection, kReleaseSet, call.keys(), call.args(), leases.front().key);
+    std::vector<std::optional<std::uint32_t>> left;
+    for (std::size_t i = 0; i < leases.size(); ++i) left.push_back(holds_left(reply->element[i]));
+    return left;
   }
 
   std::vector<LockInfo> inspect(std::string_view key) override {

@@ -17,12 +17,14 @@ namespace dlock::backends::redlock {
 inline const std::string kName = "redlock";
 
 enum Script : std::size_t {
-  kAcquire, kAdopt, kRenew, kRelease, kInspect, kForceRelease, kList, kCollect, kAddActivity, kSleep, kLeave
+  kAcquire, kAcquireSet, kAdopt, kRenew, kRelease, kReleaseSet, kInspect, kForceRelease, kList, kCollect,
+  kAddActivity, kSleep, kLeave
 };
 inline const std::vector<std::string_view> kSources = {
-    redis::lua::kAcquireLua, lua::kAdoptLua,       redis::lua::kRenewLua,   lua::kReleaseLua,
-    redis::lua::kInspectLua, lua::kForceReleaseLua, redis::lua::kListLua,   redis::lua::kCollectLua,
-    redis::lua::kAddActivityLua, lua::kSleepLua,   lua::kLeaveLua};
+    redis::lua::kAcquireLua, redis::lua::kAcquireSetLua, lua::kAdoptLua,         redis::lua::kRenewLua,
+    lua::kReleaseLua,        lua::kReleaseSetLua,        redis::lua::kInspectLua, lua::kForceReleaseLua,
+    redis::lua::kListLua,    redis::lua::kCollectLua,    redis::lua::kAddActivityLua, lua::kSleepLua,
+    lua::kLeaveLua};
 
 // The keys of one lock, with the waiters' sleepers and bell (lua/bells.lua).
 struct Keys {

@@ -14,6 +14,9 @@
 // high. Any later acquisition's majority shares a server with it, which draws above: tokens
 // rise (README, "Fencing tokens").
 //
+// Several keys (acquire_set) are one round of one script per server, all or none there; the set
+// holds where each of its keys would hold on its own, and is given back otherwise.
+//
 // Waking: a waiter registers on one server and blocks in BLPOP on the key's bell there; a
 // release rings the bell on every server where a waiter is registered (lua/bells.lua).
 
@@ -26,9 +29,12 @@
 #include <iterator>
 #include <map>
 #include <random>
+#include <utility>
+#include <variant>
 
 #include "backends/bell_waiter.hpp"
 #include "backends/redis/keys.hpp"
+#include "backends/redis/sets.hpp"
 #include "backends/redis/subscriber.hpp"
 #include "backends/redlock/activity.hpp"
 #include "backends/redlock/agreement.hpp"
@@ -84,6 +90,35 @@ struct Grant {
   std::uint32_t holds;
 };
 
+// The answering servers' votes on an attempt (Answer: acquire_answer's or acquire_set_answer's
+// result): the grants, by server, and the refusals. A refusal of the request's permits
+// (InvalidArgument) is kept, to be thrown once the grants are given back.
+template <class Granted, class Refused>
+struct Votes {
+  std::vector<std::pair<std::size_t, Granted>> grants;
+  std::vector<Refused> refusals;
+  std::exception_ptr mismatch;
+};
+
+template <class Granted, class Refused, class Read>
+Votes<Granted, Refused> votes(const std::vector<Answer>& answers, const Read& read) {
+  Votes<Granted, Refused> out;
+  for (std::size_t i = 0; i < answers.size(); ++i) {
+    if (!answers[i].ok()) continue;
+    try {
+      auto result = read(answers[i].reply.get());
+      if (auto* granted = std::get_if<Granted>(&result)) {
+        out.grants.emplace_back(i, std::move(*granted));
+      } else {
+        out.refusals.push_back(std::get<Refused>(std::move(result)));
+      }
+    } catch (const InvalidArgument&) {
+      out.mismatch = std::current_exception();
+    }
+  }
+  return out;
+}
+
 
 class RedlockBackend final : public backend::Backend {
  public:
@@ -100,6 +135,9 @@ class RedlockBackend final : public backend::Backend {
   backend::AcquireResult acquire(const backend::AcquireRequest& request) override;
   bool renew(const backend::LeaseRef& lease, milliseconds ttl) override;
   std::optional<std::uint32_t> release(const backend::LeaseRef& lease) override;
+  std::optional<backend::AcquireSetResult> acquire_set(std::span<const backend::AcquireRequest> requests) override;
+  std::optional<std::vector<std::optional<std::uint32_t>>> release_set(
+      std::span<const backend::LeaseRef> leases) override;
   std::vector<LockInfo> inspect(std::string_view key) override;
   ListPage list(std::string_view prefix, std::string_view after, std::size_t limit) override;
   std::vector<LockInfo> force_release(std::string_view key, Eviction eviction,
@@ -126,6 +164,11 @@ class RedlockBackend final : public backend::Backend {
   std::optional<backend::Acquired> settle(const backend::AcquireRequest& request, const Keys& keys,
                                           std::vector<Grant>& grants, Clock::time_point sent);
   void undo(const backend::AcquireRequest& request, const Keys& keys, const std::vector<Grant>& grants);
+  void undo_set(std::span<const backend::AcquireRequest> requests, const std::vector<std::vector<Grant>>& grants);
+  // What a release round answered for one lease: its holds left, or nothing when it was no
+  // longer ours. `element`: the lease's place in a set's answers (none: the answer is the lease's).
+  std::optional<std::uint32_t> released(const std::vector<Answer>& answers, std::string_view key,
+                                        std::optional<std::size_t> element = std::nullopt) const;
   std::vector<LockInfo> agreed(const std::vector<LockInfo>& seen, bool any = false) const {
     return redlock::agreed(seen, quorum_, any);
   }
@@ -156,34 +199,22 @@ backend::AcquireResult RedlockBackend::acquire(const backend::AcquireRequest& re
   const auto sent = Clock::now();
   const auto answers = round({kAcquire, keys.lock.all(), everyone(args.get())},
                              std::min(settings_.command_timeout, validity(request.ttl)));
+  auto vote = votes<backend::Acquired, backend::Busy>(
+      answers, [&](const redisReply* reply) { return redis::acquire_answer(request, reply); });
   std::vector<Grant> grants;
-  std::vector<backend::Busy> refusals;
-  std::exception_ptr mismatch;
-  for (std::size_t i = 0; i < answers.size(); ++i) {
-    if (!answers[i].ok()) continue;
-    try {
-      auto result = redis::acquire_answer(request, answers[i].reply.get());
-      if (auto* acquired = std::get_if<backend::Acquired>(&result)) {
-        grants.push_back({i, acquired->token, acquired->hold_count});
-      } else {
-        refusals.push_back(std::get<backend::Busy>(std::move(result)));
-      }
-    } catch (const InvalidArgument&) {
-      mismatch = std::current_exception();
-    }
-  }
-  if (!mismatch && grants.size() >= need) {
+  for (const auto& [server, acquired] : vote.grants) grants.push_back({server, acquired.token, acquired.hold_count});
+  if (!vote.mismatch && grants.size() >= need) {
     if (auto acquired = settle(request, keys, grants, sent)) return *acquired;
   }
   undo(request, keys, grants);
-  if (mismatch) std::rethrow_exception(mismatch);
+  if (vote.mismatch) std::rethrow_exception(vote.mismatch);
   if (answered(answers) < need) {
     no_majority(answers, request.key,
                 need > quorum_ ? "cannot take one of the " + std::to_string(request.permits) + " permits of"
                                : "cannot acquire",
                 need);
   }
-  return contended(refusals, answered(answers), quorum_, backoff(request.ttl));
+  return contended(vote.refusals, answered(answers), quorum_, backoff(request.ttl));
 }
 
 std::optional<backend::Acquired> RedlockBackend::settle(const backend::AcquireRequest& request, const Keys& keys,
@@ -272,21 +303,99 @@ std::optional<std::uint32_t> RedlockBackend::release(const backend::LeaseRef& le
   const std::string token = std::to_string(lease.token);
   const auto answers =
       round({kRelease, keys.with_bell(), everyone({lease.key, lease.owner, token, alive_ms_})}, settings_.command_timeout);
+  return released(answers, lease.key);
+}
+
+std::optional<std::uint32_t> RedlockBackend::released(const std::vector<Answer>& answers, std::string_view key,
+                                                      std::optional<std::size_t> element) const {
   std::size_t released = 0, refused = 0;
   std::uint32_t left = 0;
   for (const auto& a : answers) {
     if (!a.ok()) continue;
-    const auto holds = integer(a.reply.get());
-    if (holds < 0) {
+    const auto holds = redis::holds_left(element ? a.reply->element[*element] : a.reply.get());
+    if (!holds) {
       ++refused;
     } else {
       ++released;
-      left = std::max(left, static_cast<std::uint32_t>(holds));
+      left = std::max(left, *holds);
     }
   }
   if (released >= quorum_) return left;
   if (refused > servers_.size() - quorum_) return std::nullopt;
-  no_majority(answers, lease.key, "cannot release");
+  no_majority(answers, key, "cannot release");
+}
+
+// A set is one script per server (redis://'s lua/acquire_set.lua), all or none there; the set
+// holds when enough servers granted all of it within the validity time, each key then agreeing
+// on its token as acquire() does. Each key is held by those servers, as its own acquire() would
+// need. Otherwise every server's grant is released.
+std::optional<backend::AcquireSetResult> RedlockBackend::acquire_set(std::span<const backend::AcquireRequest> requests) {
+  auto ttl = milliseconds::max();
+  std::size_t need = 0;
+  for (const auto& r : requests) {
+    ttl = std::min(ttl, r.ttl);
+    need = std::max(need, needed(r.permits));
+  }
+  const auto call = redis::SetCall::acquire(settings_.ns, store_, requests, false);
+  const auto sent = Clock::now();
+  const auto answers =
+      round({kAcquireSet, call.keys(), everyone(call.args())}, std::min(settings_.command_timeout, validity(ttl)));
+  auto vote = votes<std::vector<backend::Acquired>, backend::SetBusy>(
+      answers, [&](const redisReply* reply) { return redis::acquire_set_answer(requests, reply); });
+  std::vector<std::vector<Grant>> grants(requests.size());  // per key, the servers that granted the set
+  for (const auto& [server, set] : vote.grants) {
+    for (std::size_t k = 0; k < set.size(); ++k) grants[k].push_back({server, set[k].token, set[k].hold_count});
+  }
+  // The first key refused (by a server, or short of agreeing on its token).
+  std::size_t index = requests.size();
+  if (!vote.mismatch && grants.front().size() >= need) {
+    std::vector<backend::Acquired> decided;
+    for (std::size_t k = 0; k < requests.size(); ++k) {
+      auto acquired = settle(requests[k], keys(requests[k].key), grants[k], sent);
+      if (!acquired) {
+        index = k;
+        break;
+      }
+      decided.push_back(*acquired);
+    }
+    if (index == requests.size() && Clock::now() - sent < validity(ttl)) return decided;
+  }
+  undo_set(requests, grants);
+  if (vote.mismatch) std::rethrow_exception(vote.mismatch);
+  if (answered(answers) < need) no_majority(answers, requests.front().key, "cannot acquire", need);
+  for (const auto& r : vote.refusals) index = std::min(index, r.index);
+  std::vector<backend::Busy> busy;
+  for (auto& r : vote.refusals) {
+    if (r.index == index) busy.push_back(std::move(r.busy));
+  }
+  return backend::SetBusy{index, contended(busy, answered(answers), quorum_, backoff(ttl))};
+}
+
+void RedlockBackend::undo_set(std::span<const backend::AcquireRequest> requests,
+                              const std::vector<std::vector<Grant>>& grants) {
+  if (grants.front().empty()) return;
+  // Each server's grant, with the tokens it has now.
+  std::vector<redis::SetCall> calls;
+  calls.reserve(grants.front().size());
+  Request release{kReleaseSet, {}, no_one()};
+  for (std::size_t g = 0; g < grants.front().size(); ++g) {
+    std::vector<backend::LeaseRef> leases;
+    for (std::size_t k = 0; k < requests.size(); ++k) leases.push_back({requests[k].key, requests[k].owner, grants[k][g].token});
+    const auto& call = calls.emplace_back(redis::SetCall::release(settings_.ns, store_, leases, "0"));
+    release.args[grants.front()[g].server] = call.args();
+  }
+  release.keys = calls.front().keys();
+  // A grant this cannot reach runs out with its lease.
+  round(release, settings_.command_timeout);
+}
+
+std::optional<std::vector<std::optional<std::uint32_t>>> RedlockBackend::release_set(
+    std::span<const backend::LeaseRef> leases) {
+  const auto call = redis::SetCall::release(settings_.ns, store_, leases, alive_ms_);
+  const auto answers = round({kReleaseSet, call.keys(), everyone(call.args())}, settings_.command_timeout);
+  std::vector<std::optional<std::uint32_t>> left;
+  for (std::size_t i = 0; i < leases.size(); ++i) left.push_back(released(answers, leases[i].key, i));
+  return left;
 }
 
 std::vector<LockInfo> RedlockBackend::inspect(std::string_view key) {

@@ -2,8 +2,8 @@
 // lock, a restart without persistence (the holder learns of the loss), set-up errors (TLS,
 // credentials, an unreachable server), sockets close-on-exec, fencing after expiry and
 // collect_idle, force-release (at once, with a lock delay, its notices), a waiter killed with
-// -9, fair mode's FIFO order (and its readers behind a waiting writer), and 64 waiters on one
-// key.
+// -9, fair mode's FIFO order (and its readers behind a waiting writer), 64 waiters on one key,
+// and sets of keys in one script (acquire_set, release_set).
 //
 // The shared server is the one scripts/servers/redis.sh starts (scripts/test.sh does), named by
 //   DLOCK_REDIS_URL        ACL user with every command (every case needs it, or skips)
@@ -36,6 +36,7 @@
 #include <vector>
 
 #include "backends/redis/connection.hpp"
+#include "backends/registry.hpp"
 #include "core/url.hpp"
 #include "dlock/client.hpp"
 #include "dlock/errors.hpp"
@@ -634,6 +635,160 @@ TEST_F(Redis, SixtyFourWaitersEachGetTheKeyOnce) {
   EXPECT_TRUE(std::is_sorted(tokens.begin(), tokens.end()));
   EXPECT_EQ(std::adjacent_find(tokens.begin(), tokens.end()), tokens.end());
   EXPECT_EQ(raw.queued(k), 0);
+}
+
+// Backend::acquire_set and release_set, one script each (lua/acquire_set.lua, release_set.lua).
+class RedisSet : public Redis {
+ protected:
+  static std::shared_ptr<backend::Backend> open_backend(const std::string& url) {
+    return backends::open_backend(core::Url::parse(url));
+  }
+  static backend::AcquireRequest request(const std::string& k, const std::string& owner,
+                                         std::chrono::milliseconds ttl = 10s) {
+    return {k, owner, ttl};
+  }
+  // The set's leases, or a failure naming the busy key.
+  static std::vector<backend::Acquired> granted(const std::optional<backend::AcquireSetResult>& result) {
+    EXPECT_TRUE(result) << "redis:// took the set one key at a time";
+    if (!result) return {};
+    if (const auto* busy = std::get_if<backend::SetBusy>(&*result)) {
+      ADD_FAILURE() << "the set was refused at " << busy->index;
+      return {};
+    }
+    return std::get<std::vector<backend::Acquired>>(*result);
+  }
+  // The one holder a refused set names at its busy key, which must be the `index`-th.
+  static std::optional<LockInfo> refused_at(const std::optional<backend::AcquireSetResult>& result, std::size_t index) {
+    EXPECT_TRUE(result) << "redis:// took the set one key at a time";
+    const auto* busy = result ? std::get_if<backend::SetBusy>(&*result) : nullptr;
+    if (!busy) {
+      ADD_FAILURE() << "the set was granted";
+      return std::nullopt;
+    }
+    EXPECT_EQ(busy->index, index);
+    EXPECT_GT(busy->busy.retry_within.count(), 0);
+    return sole_holder(busy->busy.holders);
+  }
+  static std::string seq(const std::string& k) { return "dlock:{" + k + "}:seq"; }
+  static long long indexed(Raw& raw, const std::string& k) {
+    return raw.integer({"ZLEXCOUNT", "dlock:held", "[" + k, "[" + k});
+  }
+  const std::string me_ = "set-owner", other_ = "other-owner";
+};
+
+// A set whose second key is held takes nothing: no key before or after it is held, indexed or
+// given a token, fair or not.
+TEST_F(RedisSet, OneKeyBusyChangesNoneOfTheOthers) {
+  for (const std::string& url : {url_, with_option(url_, "fair=true")}) {
+    SCOPED_TRACE(url);
+    auto backend = open_backend(url);
+    Raw raw(url_);
+    const std::string mode = url == url_ ? "plain/" : "fair/";
+    const std::string a = key(mode + "a"), b = key(mode + "b"), c = key(mode + "c");
+    const auto earlier = std::get<backend::Acquired>(backend->acquire(request(a, me_)));
+    ASSERT_EQ(backend->release({a, me_, earlier.token}), 0u);
+    const auto blocker = std::get<backend::Acquired>(backend->acquire(request(b, other_)));
+    const std::vector set{request(a, me_), request(b, me_), request(c, me_)};
+    const auto holder = refused_at(backend->acquire_set(set), 1);
+    ASSERT_TRUE(holder);
+    EXPECT_EQ(holder->owner, other_);
+    EXPECT_EQ(holder->token, blocker.token);
+    EXPECT_EQ(raw.text({"GET", seq(a)}), std::to_string(earlier.token)) << "a token was drawn for the key before";
+    EXPECT_EQ(raw.integer({"EXISTS", seq(c)}), 0) << "a token was drawn for the key after";
+    for (const auto& k : {a, c}) {
+      EXPECT_TRUE(backend->inspect(k).empty()) << k;
+      EXPECT_EQ(indexed(raw, k), 0) << k;
+    }
+  }
+}
+
+// Each key of a set draws from its own counter: above its earlier tokens, whether a set or a
+// single acquisition took it last.
+TEST_F(RedisSet, TokensRisePerKey) {
+  auto backend = open_backend(url_);
+  Raw raw(url_);
+  const std::string a = key("a"), b = key("b");
+  const std::vector set{request(a, me_), request(b, me_)};
+  const auto first = granted(backend->acquire_set(set));
+  ASSERT_EQ(first.size(), 2u);
+  for (std::size_t i = 0; i < set.size(); ++i) {
+    EXPECT_EQ(first[i].hold_count, 1u);
+    EXPECT_EQ(raw.text({"GET", seq(std::string(set[i].key))}), std::to_string(first[i].token)) << set[i].key;
+  }
+  const std::vector<backend::LeaseRef> refs{{a, me_, first[0].token}, {b, me_, first[1].token}};
+  ASSERT_EQ(backend->release_set(refs), (std::vector<std::optional<std::uint32_t>>{0u, 0u}));
+  const auto single = std::get<backend::Acquired>(backend->acquire(request(a, other_)));
+  EXPECT_GT(single.token, first[0].token);
+  ASSERT_EQ(backend->release({a, other_, single.token}), 0u);
+  const auto second = granted(backend->acquire_set(set));
+  ASSERT_EQ(second.size(), 2u);
+  EXPECT_GT(second[0].token, single.token);
+  EXPECT_GT(second[1].token, first[1].token);
+  EXPECT_EQ(backend->release_set({{{a, me_, second[0].token}, {b, me_, second[1].token}}}),
+            (std::vector<std::optional<std::uint32_t>>{0u, 0u}));
+}
+
+// A set re-enters a key its owner holds: same token, one more hold, the lease never shortened;
+// its release_set drops that one hold. An evicted holder's set is no re-entry.
+TEST_F(RedisSet, AReEntryInsideASet) {
+  auto backend = open_backend(url_);
+  Raw raw(url_);
+  const std::string a = key("a"), b = key("b");
+  const auto held = std::get<backend::Acquired>(backend->acquire(request(a, me_, 60s)));
+  const auto set = granted(backend->acquire_set(std::vector{request(a, me_), request(b, me_)}));
+  ASSERT_EQ(set.size(), 2u);
+  EXPECT_EQ(set[0].token, held.token);
+  EXPECT_EQ(set[0].hold_count, 2u);
+  EXPECT_EQ(set[1].hold_count, 1u);
+  EXPECT_GT(raw.integer({"PTTL", "dlock:{" + a + "}"}), 10'000) << "the set's 10 s shortened a 60 s lease";
+  EXPECT_EQ(backend->release_set({{{a, me_, set[0].token}, {b, me_, set[1].token}}}),
+            (std::vector<std::optional<std::uint32_t>>{1u, 0u}));
+  const auto holder = sole_holder(backend->inspect(a));
+  ASSERT_TRUE(holder);
+  EXPECT_EQ(holder->hold_count, 1u);
+
+  ASSERT_FALSE(backend->force_release(a, Eviction::delayed, std::nullopt).empty());
+  const auto evicted = refused_at(backend->acquire_set(std::vector{request(a, me_), request(b, me_)}), 0);
+  ASSERT_TRUE(evicted) << "an evicted holder re-entered inside a set";
+  EXPECT_TRUE(evicted->evicted);
+  EXPECT_TRUE(backend->inspect(b).empty());
+  EXPECT_EQ(backend->release({a, me_, held.token}), std::nullopt);
+}
+
+// release_set of a set where one key was force-released with a lock delay and one at once:
+// those two answer that the lease was no longer ours, the delayed one's hold ends, and every
+// key is free afterwards.
+TEST_F(RedisSet, ReleaseOfASetWithKeysForceReleased) {
+  auto backend = open_backend(url_);
+  const std::string a = key("a"), b = key("b"), c = key("c");
+  const auto set = granted(backend->acquire_set(std::vector{request(a, me_), request(b, me_), request(c, me_)}));
+  ASSERT_EQ(set.size(), 3u);
+  ASSERT_FALSE(backend->force_release(b, Eviction::delayed, std::nullopt).empty());
+  ASSERT_FALSE(backend->force_release(c, Eviction::immediate, std::nullopt).empty());
+  EXPECT_EQ(backend->release_set({{{a, me_, set[0].token}, {b, me_, set[1].token}, {c, me_, set[2].token}}}),
+            (std::vector<std::optional<std::uint32_t>>{0u, std::nullopt, std::nullopt}));
+  for (const auto& k : {a, b, c}) EXPECT_TRUE(backend->inspect(k).empty()) << k;
+}
+
+// release_set serves each freed key's queue in the same script: the first waiter holds the key
+// when the release answers.
+TEST_F(RedisSet, ReleaseHandsEachFreedKeyToItsFirstWaiter) {
+  auto backend = open_backend(url_);
+  Client waiter = Client::open(url_);
+  Raw raw(url_);
+  const std::string a = key("a"), b = key("b");
+  const auto set = granted(backend->acquire_set(std::vector{request(a, me_, 30s), request(b, me_, 30s)}));
+  ASSERT_EQ(set.size(), 2u);
+  auto waiting = queue_waiter(waiter, b, raw);
+  EXPECT_EQ(backend->release_set({{{a, me_, set[0].token}, {b, me_, set[1].token}}}),
+            (std::vector<std::optional<std::uint32_t>>{0u, 0u}));
+  const auto holder = sole_holder(backend->inspect(b));
+  ASSERT_TRUE(holder) << "the freed key was not handed to its waiter";
+  EXPECT_NE(holder->owner, me_);
+  ASSERT_EQ(waiting.wait_for(20s), std::future_status::ready);
+  auto attempt = waiting.get();
+  ASSERT_TRUE(attempt);
+  EXPECT_EQ(attempt.lease().token(), holder->token);
 }
 
 // The child of the -9 cases: waits for KEY and holds it; it is killed while it waits.

@@ -2,7 +2,7 @@
 // the public API: a minority of servers killed (locks keep working, the holder keeps its
 // lease), a majority killed (a clean, prompt failure, and recovery once they return), a hung
 // server (one timeout, then left out), fencing tokens when the servers' counters differ, the
-// servers a semaphore needs, and credentials. The conformance suite runs on redlock:// too
+// servers a semaphore needs, a set of keys granted by a minority, and credentials. The conformance suite runs on redlock:// too
 // (DLOCK_TEST_URLS).
 //
 // Every case skips without DLOCK_REDIS_URL (scripts/test.sh sets it when it runs Redis).
@@ -16,6 +16,7 @@
 #include <thread>
 
 #include "backends/redis/connection.hpp"
+#include "backends/registry.hpp"
 #include "core/url.hpp"
 #include "dlock/client.hpp"
 #include "dlock/errors.hpp"
@@ -252,6 +253,44 @@ TEST_F(Redlock, FencingTokensRiseWhenTheServersCountersDiffer) {
   lease.release();
   servers_->kill(0);
   EXPECT_GT(client.acquire(k, {.ttl = 10s}).token(), second) << "a majority without server 0 went back";
+}
+
+// A set is all or none on each server and across them: granted by one server of three while the
+// other two find its second key held, it is given back there. Once free, it holds on every
+// server, each key under one token.
+TEST_F(Redlock, ASetGrantedByAMinorityIsGivenBack) {
+  start(3);
+  if (IsSkipped()) return;
+  auto backend = backends::open_backend(core::Url::parse(url_));
+  const std::string a = key("a"), b = key("b");
+  const auto lock = [](const std::string& k) { return "dlock:{" + k + "}"; };
+  for (int i = 0; i < 2; ++i) raw(servers_->url(i), {"SET", lock(b), "7 1 0 someone", "PX", "30000"});
+  const std::vector<backend::AcquireRequest> set{{a, "me", 10s}, {b, "me", 10s}};
+  const auto refused = backend->acquire_set(set);
+  ASSERT_TRUE(refused) << "redlock:// took the set one key at a time";
+  const auto* busy = std::get_if<backend::SetBusy>(&*refused);
+  ASSERT_NE(busy, nullptr) << "a set held on a majority was granted";
+  EXPECT_EQ(busy->index, 1u);
+  const auto holder = sole_holder(busy->busy.holders);
+  ASSERT_TRUE(holder);
+  EXPECT_EQ(holder->owner, "someone");
+  for (int i = 0; i < 3; ++i) EXPECT_EQ(raw(servers_->url(i), {"EXISTS", lock(a)}), "0") << "server " << i;
+  EXPECT_EQ(raw(servers_->url(2), {"EXISTS", lock(b)}), "0") << "the minority's grant was kept";
+
+  for (int i = 0; i < 2; ++i) raw(servers_->url(i), {"DEL", lock(b)});
+  const auto result = backend->acquire_set(set);
+  ASSERT_TRUE(result && std::holds_alternative<std::vector<backend::Acquired>>(*result)) << "a free set was refused";
+  const auto& tokens = std::get<std::vector<backend::Acquired>>(*result);
+  ASSERT_EQ(tokens.size(), 2u);
+  const std::vector<backend::LeaseRef> refs{{a, "me", tokens[0].token}, {b, "me", tokens[1].token}};
+  for (const auto& ref : refs) {
+    for (int i = 0; i < 3; ++i) {
+      EXPECT_EQ(raw(servers_->url(i), {"GET", lock(std::string(ref.key))}).rfind(std::to_string(ref.token) + " 1 ", 0), 0u)
+          << "server " << i << " holds " << ref.key << " under another token";
+    }
+  }
+  EXPECT_EQ(backend->release_set(refs), (std::vector<std::optional<std::uint32_t>>{0u, 0u}));
+  for (int i = 0; i < 3; ++i) EXPECT_EQ(raw(servers_->url(i), {"EXISTS", lock(a), lock(b)}), "0") << "server " << i;
 }
 
 // Three holders of a semaphore of 2 could each hold a different pair of 3 servers, every

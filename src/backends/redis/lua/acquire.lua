@@ -12,32 +12,15 @@ if id ~= '' then
   local token, holds, at = claim(L, KEYS[7], owner)
   if token then return {1, token, holds, at} end
 end
-local x, s = holders_of(L)
--- A re-entry: the owner's live, unevicted hold, in either mode, except a reader asking to write.
-for _, h in ipairs(x and {x} or s) do
-  if h.owner == owner and h.holds > 0 and (h.shared == false or shared) then
-    h.holds = h.holds + 1
-    extend(L, h, ttl, true)
-    if id ~= '' then leave_queue(L, id) end
-    return {1, h.token, h.holds}
-  end
-end
--- Fair mode serves the queue first, up to the caller's own entry: no one overtakes a waiter
--- that must wait.
-local queued_ahead = fair and not serve(L, id)
-if fair then x, s = holders_of(L) end
-local why = refusal(L, x, s, shared, permits)
-if why == 'mismatch' then return {2, s[1].permits} end
-if not why and queued_ahead then why = 'queued' end
+local why, x, s, mine = look(L, owner, shared, permits, fair, id)
 if not why then
-  local token = grant(L, owner, ttl, shared, permits)
+  local token, holds = take(L, owner, ttl, shared, permits, mine)
   if id ~= '' then leave_queue(L, id) end
-  return {1, token, 1}
+  return {1, token, holds}
 end
-local retry = retry_ms(L, x, s, why, shared, waiting, claim_ms)
 local now = 0
-if id ~= '' then
+if id ~= '' and why ~= 'mismatch' then
   now = now_us()
   enqueue(L, id, owner, ttl, alive_ms, shared, permits)
 end
-return rows(L, x, s, {0, num(now), retry})
+return refused(L, x, s, why, shared, waiting, claim_ms, now)

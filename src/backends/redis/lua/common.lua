@@ -78,3 +78,16 @@ local function next_token(L)
   end
   return token
 end
+
+-- The locks of a set script (acquire_set.lua, release_set.lua): KEYS[1] and KEYS[2] are the
+-- indexes (dlock:held, dlock:keys), then `stride` keys per lock, its dlock:{K} first; ARGV from
+-- `from` on holds `per` values per lock, its key first. Returns the i-th lock's keys, and the
+-- positions of its first KEYS and ARGV entries.
+local function set_count(stride)
+  return (#KEYS - 2) / stride
+end
+
+local function set_lock(i, stride, from, per)
+  local k, a = 3 + (i - 1) * stride, from + (i - 1) * per
+  return keys_of(KEYS[k], ARGV[a], KEYS[1], KEYS[2]), k, a
+end

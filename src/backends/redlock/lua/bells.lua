@@ -15,3 +15,12 @@ local function ring(sleepers, bell, alive_ms, except)
     redis.call('PEXPIRE', bell, alive_ms)
   end
 end
+
+-- Drops one hold of (owner, token) by redis://'s rules, ringing the bell when the hold ends
+-- (unless alive_ms is '0': undoing a partial acquisition wakes no one). Returns the holds left,
+-- as release.lua does.
+local function release_ringing(L, owner, token, sleepers, bell, alive_ms)
+  local left = drop_hold(L, owner, token)
+  if (left == 0 or left == -2) and alive_ms ~= '0' then ring(sleepers, bell, alive_ms) end
+  return left
+end
