@@ -3,7 +3,9 @@
 #include <algorithm>
 #include <string>
 
+#include "backends/sqlite/rows.hpp"
 #include "backends/sqlite/statements.hpp"
+#include "backends/sqlite/transaction.hpp"
 #include "dlock/errors.hpp"
 
 namespace dlock::backends::sqlite {
@@ -12,31 +14,6 @@ namespace {
 using namespace statements;
 
 constexpr std::int64_t kClaimUs = std::chrono::microseconds(backend::kWriterClaim).count();
-
-std::chrono::milliseconds ceil_ms(std::int64_t us) {
-  return std::chrono::milliseconds(us <= 0 ? 0 : (us + 999) / 1000);
-}
-
-// BEGIN IMMEDIATE, rolled back unless committed (an error or an early answer that changed
-// nothing).
-class Transaction {
- public:
-  explicit Transaction(Connection& connection) : connection_(connection) { connection_.exec("BEGIN IMMEDIATE"); }
-  ~Transaction() {
-    if (open_) sqlite3_exec(connection_.db(), "ROLLBACK", nullptr, nullptr, nullptr);
-  }
-  Transaction(const Transaction&) = delete;
-  Transaction& operator=(const Transaction&) = delete;
-
-  void commit() {
-    connection_.exec("COMMIT");
-    open_ = false;
-  }
-
- private:
-  Connection& connection_;
-  bool open_ = true;
-};
 
 std::int64_t now_us(Connection& connection) {
   Query query(connection, kNow);
@@ -71,10 +48,7 @@ std::vector<LockInfo> holders_at(Connection& connection, std::string_view key, s
   if (token) query.bind(3, static_cast<std::int64_t>(*token));
   std::vector<LockInfo> holders;
   while (query.step()) {
-    LockInfo info{std::string(key), query.text(0), static_cast<std::uint64_t>(query.int64(1)),
-                  static_cast<std::uint32_t>(query.int64(2)), ceil_ms(query.int64(3)),
-                  std::chrono::milliseconds(std::max<std::int64_t>(query.int64(4), 0) / 1000)};
-    info.evicted = info.hold_count == 0;
+    LockInfo info = row_info(query, std::string(key), 0);
     info.mode = LockMode::shared;
     holders.push_back(std::move(info));
   }

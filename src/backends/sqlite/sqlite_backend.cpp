@@ -20,6 +20,8 @@
 #include "backends/sqlite/connection.hpp"
 #include "backends/sqlite/errors.hpp"
 #include "backends/sqlite/host.hpp"
+#include "backends/sqlite/lock_sets.hpp"
+#include "backends/sqlite/rows.hpp"
 #include "backends/sqlite/shared_holds.hpp"
 #include "backends/sqlite/statements.hpp"
 #include "backends/sqlite/wake_board.hpp"
@@ -36,21 +38,12 @@ using sqlite::kName;
 using sqlite::path_error;
 using sqlite::Query;
 using sqlite::read_boot_id;
+using sqlite::row_info;
+using sqlite::ttl_us;
 using namespace sqlite::statements;
 
 constexpr std::chrono::milliseconds kDefaultBusyTimeout{10'000};
 constexpr std::chrono::milliseconds kMaxBusyTimeout{24 * 3'600'000};
-// TTLs beyond a century are stored as a century, so now + ttl cannot overflow 64 bits.
-constexpr std::int64_t kMaxTtlMs = 100LL * 365 * 24 * 3'600'000;
-
-std::chrono::milliseconds ceil_ms(std::int64_t us) {
-  return std::chrono::milliseconds(us <= 0 ? 0 : (us + 999) / 1000);
-}
-
-std::int64_t ttl_us(std::chrono::milliseconds ttl) {
-  return std::clamp<std::int64_t>(ttl.count(), 0, kMaxTtlMs) * 1000;
-}
-
 class SqliteBackend final : public backend::Backend, public backend::ActivityLedger {
  public:
   SqliteBackend(const std::string& path, int busy_ms) : busy_ms_(busy_ms) {
@@ -111,46 +104,33 @@ class SqliteBackend final : public backend::Backend, public backend::ActivityLed
     return result;
   }
 
-  // Exclusive sets in one transaction: every acquire statement, committed only when all took
-  // their key. Shared requests go one by one (each is a transaction of its own).
+  // Exclusive sets in one statement (lock_sets.hpp). Shared requests go one by one (each is a
+  // transaction of its own).
   std::optional<backend::AcquireSetResult> acquire_set(std::span<const backend::AcquireRequest> requests) override {
     const auto shared = [](const backend::AcquireRequest& r) { return r.mode == LockMode::shared; };
     if (std::any_of(requests.begin(), requests.end(), shared)) return std::nullopt;
     Borrowed connection(*this);
-    connection->exec("BEGIN IMMEDIATE");
-    std::vector<backend::Acquired> taken;
-    for (std::size_t i = 0; i < requests.size(); ++i) {
-      auto result = acquire_exclusive(*connection, requests[i]);
-      if (auto* busy = std::get_if<backend::Busy>(&result)) {
-        connection->exec("ROLLBACK");
-        name_shared_holders(*connection, requests[i].key, *busy);
-        return backend::SetBusy{i, std::move(*busy)};
-      }
-      taken.push_back(std::get<backend::Acquired>(result));
+    auto result = sqlite::acquire_set(*connection, requests);
+    if (auto* busy = result ? std::get_if<backend::SetBusy>(&*result) : nullptr) {
+      name_shared_holders(*connection, requests[busy->index].key, busy->busy);
     }
-    connection->exec("COMMIT");
-    return taken;
+    return result;
   }
 
-  // One transaction of release statements; a lease that is not a plain live hold (evicted,
-  // shared, gone) sends the set back to one-by-one releases.
+  // The live holds in one statement; a lease that is not one (evicted, shared, gone) takes
+  // release()'s other paths.
   std::optional<std::vector<std::optional<std::uint32_t>>> release_set(
       std::span<const backend::LeaseRef> leases) override {
-    std::vector<std::optional<std::uint32_t>> left;
-    {
+    auto left = [&] {
       Borrowed connection(*this);
-      connection->exec("BEGIN IMMEDIATE");
-      for (const auto& lease : leases) {
-        LeaseQuery query(*connection, kRelease, lease);
-        if (!query.one_row([&] { left.push_back(static_cast<std::uint32_t>(query.int64(0))); })) {
-          connection->exec("ROLLBACK");
-          return std::nullopt;
-        }
-      }
-      connection->exec("COMMIT");
-    }
+      return sqlite::release_set(*connection, leases);
+    }();
     for (std::size_t i = 0; i < leases.size(); ++i) {
-      if (left[i] == 0u) board_->ring(leases[i].key);  // committed: the key is free
+      if (!left[i]) {
+        left[i] = release(leases[i]);
+      } else if (*left[i] == 0) {
+        board_->ring(leases[i].key);  // committed: the key is free
+      }
     }
     return left;
   }
@@ -429,16 +409,6 @@ class SqliteBackend final : public backend::Backend, public backend::ActivityLed
       found.keys.push_back(query.text(1));
     }
     return found;
-  }
-
-  // owner, token, hold_count, the µs left and the µs since it was taken, from column `first` on.
-  // A live row without holds is a holder evicted with a lock delay.
-  static LockInfo row_info(const Query& query, std::string key, int first) {
-    LockInfo info{std::move(key), query.text(first), static_cast<std::uint64_t>(query.int64(first + 1)),
-                  static_cast<std::uint32_t>(query.int64(first + 2)), ceil_ms(query.int64(first + 3)),
-                  std::chrono::milliseconds(std::max<std::int64_t>(query.int64(first + 4), 0) / 1000)};
-    info.evicted = info.hold_count == 0;
-    return info;
   }
 
   struct Stamp {

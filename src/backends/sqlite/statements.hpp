@@ -3,6 +3,7 @@
 // The SQL of sqlite://: the schema and every statement the backend caches on a connection
 // (Connection's `statements`, indexed by Sql). One place for the on-disk format.
 
+#include <algorithm>
 #include <array>
 #include <cstddef>
 
@@ -35,28 +36,12 @@ INSERT OR IGNORE INTO dlock_meta VALUES ('schema_version', 2);
 UPDATE dlock_meta SET v = 2 WHERE k = 'schema_version' AND v = 1;
 )sql";
 
-// Every statement reads the clock once through the MATERIALIZED CTE t(now), so its checks
-// and the values it stores agree on one instant (dlock_now_us() is not deterministic, and a
-// plain call would be evaluated once per use).
-enum Sql : std::size_t {
-  kAcquire, kRenew, kRelease, kReleaseEvicted, kInspect, kList, kForceRelease, kEvict, kRecordEviction, kEvictedSince,
-  kCollectIdle, kPing, kAddActivity, kActivity,
-  // Shared holds (shared_holds.cpp), on the tables of kSharedSchema. The caller reads the
-  // clock once (kNow) and binds it, so a transaction's statements agree on one instant.
-  kNow, kKeyRow, kSeq, kSharedPrune, kSharedHolders, kSharedMode, kSharedReenter, kExclusiveReenter, kSharedInsert,
-  kMarkShared, kSharedSettle, kSharedPermits, kClaim, kSharedRenew, kMarkerExtend, kSharedFind, kSharedDecrement,
-  kSharedDelete, kSharedEvict, kSharedCollect, kSqlCount
-};
-
-inline constexpr std::array<const char*, kSqlCount> kSql = {
-    // acquire: one UPSERT. A new row takes the token after the floor; a free row (owner '' or
-    // expired) goes to the caller with its token plus one; the live owner re-enters unless it
-    // was evicted (hold_count 0), and its lease ends at the later of its end and now + ttl;
-    // anyone else leaves it unchanged. The DO UPDATE always fires so RETURNING reports the
-    // holder too. SET expressions see the old row.
-    R"sql(WITH t(now) AS MATERIALIZED (SELECT dlock_now_us())
-INSERT INTO dlock_locks(name, owner, token, hold_count, expires_at, acquired_at)
-SELECT ?1, ?2, (SELECT v FROM dlock_seq WHERE id = 0) + 1, 1, t.now + ?3, t.now FROM t WHERE true
+// The rules of one acquire, for one key (kAcquire) or each key of a set (kAcquireSet), as the
+// upsert of a row (name, owner, token floor + 1, 1, now + ttl, now): a free row (owner '' or
+// expired) goes to the caller with its token plus one; the live owner re-enters unless it was
+// evicted (hold_count 0), and its lease ends at the later of its end and now + ttl; anyone else
+// leaves it unchanged. SET expressions see the old row.
+inline constexpr char kTakeOrReenter[] = R"sql(
 ON CONFLICT(name) DO UPDATE SET
   owner = CASE WHEN owner = '' OR expires_at <= excluded.acquired_at THEN excluded.owner ELSE owner END,
   token = CASE WHEN owner = '' OR expires_at <= excluded.acquired_at THEN token + 1 ELSE token END,
@@ -66,25 +51,87 @@ ON CONFLICT(name) DO UPDATE SET
                     WHEN owner = excluded.owner AND hold_count > 0 THEN max(expires_at, excluded.expires_at)
                     ELSE expires_at END,
   acquired_at = CASE WHEN owner = '' OR expires_at <= excluded.acquired_at THEN excluded.acquired_at
-                     ELSE acquired_at END
-RETURNING owner, token, hold_count, expires_at - (SELECT now FROM t), (SELECT now FROM t) - acquired_at)sql",
+                     ELSE acquired_at END)sql";
+
+// One release, of one key (kRelease) or each key of a set (kReleaseSet): drops one hold; the
+// last one frees the row (kept, for its token history).
+inline constexpr char kDropHold[] = R"sql(
+UPDATE dlock_locks SET hold_count = hold_count - 1,
+  owner = CASE WHEN hold_count > 1 THEN owner ELSE '' END,
+  expires_at = CASE WHEN hold_count > 1 THEN expires_at ELSE 0 END)sql";
+
+// The text of `parts` one after another, for the statements that share a clause above.
+template <std::size_t... N>
+constexpr auto join(const char (&... parts)[N]) {
+  std::array<char, (N + ...) - sizeof...(N) + 1> text{};
+  std::size_t at = 0;
+  ((std::copy_n(parts, N - 1, text.begin() + at), at += N - 1), ...);
+  return text;
+}
+
+// Every statement reads the clock once through the MATERIALIZED CTE t(now), so its checks
+// and the values it stores agree on one instant (dlock_now_us() is not deterministic, and a
+// plain call would be evaluated once per use).
+
+// acquire: one UPSERT. A new row takes the token after the floor. The DO UPDATE always fires so
+// RETURNING reports the holder too.
+inline constexpr auto kAcquireText = join(R"sql(WITH t(now) AS MATERIALIZED (SELECT dlock_now_us())
+INSERT INTO dlock_locks(name, owner, token, hold_count, expires_at, acquired_at)
+SELECT ?1, ?2, (SELECT v FROM dlock_seq WHERE id = 0) + 1, 1, t.now + ?3, t.now FROM t WHERE true)sql",
+                                          kTakeOrReenter, R"sql(
+RETURNING owner, token, hold_count, expires_at - (SELECT now FROM t), (SELECT now FROM t) - acquired_at)sql");
+
+// release: a live hold of the lease.
+inline constexpr auto kReleaseText = join(R"sql(WITH t(now) AS MATERIALIZED (SELECT dlock_now_us()))sql", kDropHold, R"sql(
+WHERE name = ?1 AND owner = ?2 AND token = ?3 AND hold_count > 0 AND expires_at > (SELECT now FROM t)
+RETURNING hold_count)sql");
+
+// The set statements take the keys as one JSON object, ?1 = {key: number, ...}, and their
+// owner, ?2 (lock_sets.cpp).
+//
+// acquire_set, inside a transaction: the numbers are the TTLs in µs. Each key is upserted by
+// the rules of one acquire; RETURNING reports every row, so a busy key's holder too, and the
+// caller rolls the set back unless every key is the owner's.
+inline constexpr auto kAcquireSetText = join(R"sql(WITH t(now) AS MATERIALIZED (SELECT dlock_now_us())
+INSERT INTO dlock_locks(name, owner, token, hold_count, expires_at, acquired_at)
+SELECT j.key, ?2, (SELECT v FROM dlock_seq WHERE id = 0) + 1, 1, t.now + j.value, t.now FROM json_each(?1) j, t
+WHERE true)sql",
+                                             kTakeOrReenter, R"sql(
+RETURNING name, owner, token, hold_count, expires_at - (SELECT now FROM t), (SELECT now FROM t) - acquired_at)sql");
+
+// release_set: the numbers are the tokens. Drops a hold of each lease that is a live hold, as
+// kRelease does, and returns those; the others take release()'s other paths.
+inline constexpr auto kReleaseSetText = join(R"sql(WITH t(now) AS MATERIALIZED (SELECT dlock_now_us()))sql",
+                                             kDropHold, R"sql(
+FROM json_each(?1) j
+WHERE name = j.key AND owner = ?2 AND token = j.value AND hold_count > 0 AND expires_at > (SELECT now FROM t)
+RETURNING name, hold_count)sql");
+
+enum Sql : std::size_t {
+  kAcquire, kRenew, kRelease, kReleaseEvicted, kAcquireSet, kReleaseSet, kInspect, kList, kForceRelease, kEvict,
+  kRecordEviction, kEvictedSince, kCollectIdle, kPing, kAddActivity, kActivity, kBegin, kCommit, kRollback,
+  // Shared holds (shared_holds.cpp), on the tables of kSharedSchema. The caller reads the
+  // clock once (kNow) and binds it, so a transaction's statements agree on one instant.
+  kNow, kKeyRow, kSeq, kSharedPrune, kSharedHolders, kSharedMode, kSharedReenter, kExclusiveReenter, kSharedInsert,
+  kMarkShared, kSharedSettle, kSharedPermits, kClaim, kSharedRenew, kMarkerExtend, kSharedFind, kSharedDecrement,
+  kSharedDelete, kSharedEvict, kSharedCollect, kSqlCount
+};
+
+inline constexpr std::array<const char*, kSqlCount> kSql = {
+    kAcquireText.data(),
     // renew: never resurrects an expired or evicted lease.
     R"sql(WITH t(now) AS MATERIALIZED (SELECT dlock_now_us())
 UPDATE dlock_locks SET expires_at = (SELECT now FROM t) + ?4
 WHERE name = ?1 AND owner = ?2 AND token = ?3 AND hold_count > 0 AND expires_at > (SELECT now FROM t)
 RETURNING 1)sql",
-    // release: drops one hold; the last one frees the row (kept, for its token history).
-    R"sql(WITH t(now) AS MATERIALIZED (SELECT dlock_now_us())
-UPDATE dlock_locks SET hold_count = hold_count - 1,
-  owner = CASE WHEN hold_count > 1 THEN owner ELSE '' END,
-  expires_at = CASE WHEN hold_count > 1 THEN expires_at ELSE 0 END
-WHERE name = ?1 AND owner = ?2 AND token = ?3 AND hold_count > 0 AND expires_at > (SELECT now FROM t)
-RETURNING hold_count)sql",
+    kReleaseText.data(),
     // release of an evicted holder: it acknowledges its loss, and the key is free.
     R"sql(WITH t(now) AS MATERIALIZED (SELECT dlock_now_us())
 UPDATE dlock_locks SET owner = '', expires_at = 0
 WHERE name = ?1 AND owner = ?2 AND token = ?3 AND hold_count = 0 AND expires_at > (SELECT now FROM t)
 RETURNING 1)sql",
+    kAcquireSetText.data(),
+    kReleaseSetText.data(),
     // inspect: the holder; with ?2, only if it holds that token (force_release's filter).
     R"sql(WITH t(now) AS MATERIALIZED (SELECT dlock_now_us())
 SELECT owner, token, hold_count, expires_at - t.now, t.now - acquired_at FROM dlock_locks, t
@@ -119,6 +166,9 @@ DELETE FROM dlock_locks WHERE owner = '' OR expires_at <= (SELECT now FROM t))sq
   waits = waits + excluded.waits, wait_us = wait_us + excluded.wait_us,
   renewals = renewals + excluded.renewals, losses = losses + excluded.losses)sql",
     "SELECT acquisitions, conflicts, waits, wait_us, renewals, losses FROM dlock_activity WHERE id = 0",
+    "BEGIN IMMEDIATE",
+    "COMMIT",
+    "ROLLBACK",
     "SELECT dlock_now_us()",
     "SELECT owner, token, hold_count, expires_at, acquired_at FROM dlock_locks WHERE name = ?1",
     "SELECT v FROM dlock_seq WHERE id = 0",

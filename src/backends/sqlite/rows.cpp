@@ -1,0 +1,29 @@
+#include "backends/sqlite/rows.hpp"
+
+#include <algorithm>
+#include <utility>
+
+namespace dlock::backends::sqlite {
+namespace {
+
+constexpr std::int64_t kMaxTtlMs = 100LL * 365 * 24 * 3'600'000;
+
+}  // namespace
+
+std::chrono::milliseconds ceil_ms(std::int64_t us) {
+  return std::chrono::milliseconds(us <= 0 ? 0 : (us + 999) / 1000);
+}
+
+std::int64_t ttl_us(std::chrono::milliseconds ttl) {
+  return std::clamp<std::int64_t>(ttl.count(), 0, kMaxTtlMs) * 1000;
+}
+
+LockInfo row_info(const Query& query, std::string key, int first) {
+  LockInfo info{std::move(key), query.text(first), static_cast<std::uint64_t>(query.int64(first + 1)),
+                static_cast<std::uint32_t>(query.int64(first + 2)), ceil_ms(query.int64(first + 3)),
+                std::chrono::milliseconds(std::max<std::int64_t>(query.int64(first + 4), 0) / 1000)};
+  info.evicted = info.hold_count == 0;
+  return info;
+}
+
+}  // namespace dlock::backends::sqlite
