@@ -76,13 +76,17 @@ struct Store {
     return out;
   }
 
-  // Caller holds `mutex`.
-  void ring(std::string_view key) {
+  // Caller holds `mutex`. Wakes one waiter of the key, or with `all` every one.
+  void ring(std::string_view key, bool all = false) {
     const auto it = slots.find(key);
     if (it == slots.end()) return;
     if (auto slot = it->second.lock()) {
       ++slot->generation;
-      slot->cv.notify_one();
+      if (all) {
+        slot->cv.notify_all();
+      } else {
+        slot->cv.notify_one();
+      }
     } else {
       slots.erase(it);
     }
@@ -194,6 +198,9 @@ class LocalBackend final : public backend::Backend, public backend::ActivityLedg
         state.writer_claim = now + backend::kWriterClaim;
         return busy(std::min(retry, backend::kWriterClaim / 2));
       }
+      // The readers the claim held back look again now, find this writer, and so queue behind
+      // it (the readers' claim): they go before its next hold.
+      if (state.writer_claim > now) store_->ring(r.key, /*all=*/true);
       state.writer_claim = {};
     } else {
       const bool shared = !holders.empty() && holders.front().mode == LockMode::shared;
