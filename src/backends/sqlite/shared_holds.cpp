@@ -132,7 +132,7 @@ backend::AcquireResult acquire_shared(Connection& connection, const backend::Acq
     retry = std::min(retry, h.ttl_left);
     latest = std::max(latest, now + h.ttl_left.count() * 1000);
   }
-  // The readers who waited for the writer before the claiming one enter together.
+  // Readers who waited behind an exclusive holder pass a writer's claim: they enter together.
   if (row && claim_until > now && claim_token == row->token && request.waited_behind == 0) {
     return backend::Busy{std::move(holders), std::min(retry, ceil_ms(claim_until - now))};
   }
