@@ -74,13 +74,11 @@ std::optional<backend::AcquireSetResult> acquire_set(Connection& connection,
     for (; query.step(); ++rows) {
       const std::string key = query.text(0);
       const std::size_t i = index_of(requests, key, connection.path());
-      if (query.text(1) == requests[i].owner && query.int64(3) > 0) {
+      if (auto refused = refusal(query, key, requests[i].owner, 1)) {
+        if (!busy || i < busy->index) busy = backend::SetBusy{i, std::move(*refused)};
+      } else {
         taken[i] = backend::Acquired{static_cast<std::uint64_t>(query.int64(2)),
                                      static_cast<std::uint32_t>(query.int64(3))};
-      } else if (!busy || i < busy->index) {
-        LockInfo holder = row_info(query, key, 1);
-        const auto left = holder.ttl_left;
-        busy = backend::SetBusy{i, backend::Busy{{std::move(holder)}, left}};
       }
     }
     if (rows != requests.size()) {

@@ -26,4 +26,14 @@ LockInfo row_info(const Query& query, std::string key, int first) {
   return info;
 }
 
+std::optional<backend::Busy> refusal(const Query& query, std::string_view key, std::string_view owner, int first) {
+  const std::string holder = query.text(first);
+  const std::int64_t claim_left = query.int64(first + 5);
+  if ((holder.empty() || query.int64(first + 3) <= 0) && claim_left > 0) return backend::Busy{{}, ceil_ms(claim_left)};
+  if (holder == owner && query.int64(first + 2) > 0) return std::nullopt;
+  LockInfo info = row_info(query, std::string(key), first);
+  const auto left = info.ttl_left;
+  return backend::Busy{{std::move(info)}, left};
+}
+
 }  // namespace dlock::backends::sqlite

@@ -94,7 +94,13 @@ backend::AcquireResult acquire_shared(Connection& connection, const backend::Acq
     LockInfo holder{std::string(key), row->owner, row->token, row->holds, ceil_ms(row->expires_at - now),
                     std::chrono::milliseconds((now - row->acquired_at) / 1000)};
     holder.evicted = row->holds == 0;
-    return backend::Busy{{std::move(holder)}, ceil_ms(row->expires_at - now)};
+    const auto left = holder.ttl_left;
+    if (!request.waiting) return backend::Busy{{std::move(holder)}, left};
+    // A waiting reader: the readers' claim keeps the key from a writer that would take it back
+    // before this reader's next attempt.
+    Query(connection, kReadersClaim, key).bind(1, key).bind(2, now + kClaimUs).run();
+    transaction.commit();
+    return backend::Busy{{std::move(holder)}, std::min(left, std::chrono::milliseconds(backend::kWriterClaim / 2))};
   }
   Query(connection, kSharedPrune, key).bind(1, key).bind(2, now).run();
   if (const auto acquired = reenter(connection, kSharedReenter, request, now, ttl_us)) {
@@ -126,7 +132,8 @@ backend::AcquireResult acquire_shared(Connection& connection, const backend::Acq
     retry = std::min(retry, h.ttl_left);
     latest = std::max(latest, now + h.ttl_left.count() * 1000);
   }
-  if (row && claim_until > now && claim_token == row->token) {
+  // Readers who waited behind an exclusive holder pass a writer's claim: they enter together.
+  if (row && claim_until > now && claim_token == row->token && request.waited_behind == 0) {
     return backend::Busy{std::move(holders), std::min(retry, ceil_ms(claim_until - now))};
   }
   if (request.permits != 0 && holders.size() >= request.permits) return backend::Busy{std::move(holders), retry};

@@ -189,7 +189,7 @@ class SqliteBackend final : public backend::Backend, public backend::ActivityLed
  private:
   // A Busy whose holder is the marker of shared holds names the shared holders instead.
   void name_shared_holders(Connection& connection, std::string_view key, backend::Busy& busy) {
-    if (busy.holders.front().owner != kSharedOwner) return;
+    if (busy.holders.empty() || busy.holders.front().owner != kSharedOwner) return;
     ensure_table(connection, shared_tables_ready_, kSharedSchema);
     busy.holders = sqlite::shared_holders(connection, key);
     for (const auto& holder : busy.holders) busy.retry_within = std::min(busy.retry_within, holder.ttl_left);
@@ -200,12 +200,11 @@ class SqliteBackend final : public backend::Backend, public backend::ActivityLed
     query.bind(1, request.key).bind(2, request.owner).bind(3, ttl_us(request.ttl));
     backend::AcquireResult result;
     const bool found = query.one_row([&] {
-      if (query.text(0) == request.owner && query.int64(2) > 0) {
-        result = backend::Acquired{static_cast<std::uint64_t>(query.int64(1)), static_cast<std::uint32_t>(query.int64(2))};
+      if (auto refused = sqlite::refusal(query, request.key, request.owner, 0)) {
+        result = std::move(*refused);
       } else {
-        LockInfo holder = row_info(query, std::string(request.key), 0);
-        const auto left = holder.ttl_left;
-        result = backend::Busy{{std::move(holder)}, left};
+        result =
+            backend::Acquired{static_cast<std::uint64_t>(query.int64(1)), static_cast<std::uint32_t>(query.int64(2))};
       }
     });
     if (!found) throw BackendError("acquire returned no row from " + path_, kName, std::string(request.key));
@@ -476,13 +475,16 @@ class SqliteBackend final : public backend::Backend, public backend::ActivityLed
                                    " (use a newer dlock, or a new file)",
                                kName);
     }
+    if (stamp.version != 0 && stamp.version < 3) connection.exec(kReadersUntilColumn);
     connection.exec(kSchema);
     connection.exec(kEvictionsSchema);
     connection.exec(kSharedSchema);
     const std::string& stored = stamp.boot_id;
     if (stored != boot_id) {
       // CLOCK_BOOTTIME restarted, and every holder died with the old boot, as did every watcher.
-      connection.exec("UPDATE dlock_locks SET owner = '', hold_count = 0, expires_at = 0 WHERE owner <> ''");
+      connection.exec(
+          "UPDATE dlock_locks SET owner = '', hold_count = 0, expires_at = 0, readers_until = 0 "
+          "WHERE owner <> '' OR readers_until <> 0");
       connection.exec("DELETE FROM dlock_evictions");
       connection.exec("DELETE FROM dlock_shared");  // their expiry times count from the old boot
       connection.exec("DELETE FROM dlock_modes");

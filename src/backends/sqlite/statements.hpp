@@ -9,13 +9,14 @@
 
 namespace dlock::backends::sqlite::statements {
 
-inline constexpr long long kSchemaVersion = 2;
+inline constexpr long long kSchemaVersion = 3;
 
 // Tables, the token floor and its trigger. Idempotent; run inside BEGIN IMMEDIATE.
 // A key's row carries its last token and a takeover adds one; a deleted row's token is kept
 // in dlock_seq, the floor for the next row of any key, so deleting idle rows cannot repeat a
 // token. Only DELETE has a trigger: acquire and release, the hot statements, fire none.
-// Version 1 raised dlock_seq on every insert and update; its triggers are dropped.
+// Version 1 raised dlock_seq on every insert and update; its triggers are dropped. Version 3
+// added readers_until (kReadersUntilColumn adds it to the files of versions 1 and 2).
 inline constexpr const char* kSchema = R"sql(
 CREATE TABLE IF NOT EXISTS dlock_meta(k TEXT PRIMARY KEY, v) WITHOUT ROWID;
 CREATE TABLE IF NOT EXISTS dlock_locks(
@@ -24,7 +25,8 @@ CREATE TABLE IF NOT EXISTS dlock_locks(
   token INTEGER NOT NULL,         -- fencing token of the current or last acquisition
   hold_count INTEGER NOT NULL,
   expires_at INTEGER NOT NULL,    -- microseconds of CLOCK_BOOTTIME (dlock_now_us())
-  acquired_at INTEGER NOT NULL
+  acquired_at INTEGER NOT NULL,
+  readers_until INTEGER NOT NULL DEFAULT 0  -- the readers' claim (kTakeOrReenter), 0: none
 ) WITHOUT ROWID;
 CREATE TABLE IF NOT EXISTS dlock_seq(id INTEGER PRIMARY KEY CHECK (id = 0), v INTEGER NOT NULL);
 INSERT OR IGNORE INTO dlock_seq VALUES (0, 0);
@@ -32,26 +34,39 @@ DROP TRIGGER IF EXISTS dlock_seq_after_insert;
 DROP TRIGGER IF EXISTS dlock_seq_after_update;
 CREATE TRIGGER IF NOT EXISTS dlock_seq_after_delete AFTER DELETE ON dlock_locks
 BEGIN UPDATE dlock_seq SET v = max(v, OLD.token) WHERE id = 0; END;
-INSERT OR IGNORE INTO dlock_meta VALUES ('schema_version', 2);
-UPDATE dlock_meta SET v = 2 WHERE k = 'schema_version' AND v = 1;
+INSERT OR IGNORE INTO dlock_meta VALUES ('schema_version', 3);
+UPDATE dlock_meta SET v = 3 WHERE k = 'schema_version' AND v < 3;
 )sql";
+
+// The upgrade of a file of version 1 or 2, in kSchema's transaction. Builds of version 2 are
+// kept off such a file: they would neither honour a readers' claim nor end one at a reboot.
+inline constexpr const char* kReadersUntilColumn =
+    "ALTER TABLE dlock_locks ADD COLUMN readers_until INTEGER NOT NULL DEFAULT 0";
 
 // The rules of one acquire, for one key (kAcquire) or each key of a set (kAcquireSet), as the
 // upsert of a row (name, owner, token floor + 1, 1, now + ttl, now): a free row (owner '' or
-// expired) goes to the caller with its token plus one; the live owner re-enters unless it was
-// evicted (hold_count 0), and its lease ends at the later of its end and now + ttl; anyone else
-// leaves it unchanged. SET expressions see the old row.
+// expired) goes to the caller with its token plus one, unless a readers' claim stands
+// (readers_until > now); the live owner re-enters unless it was evicted (hold_count 0), and its
+// lease ends at the later of its end and now + ttl; anyone else leaves it unchanged. SET
+// expressions see the old row. The readers' claim lives on the key's own row, so that no
+// acquire pays for it: readers that an exclusive holder refused place it (kReadersClaim), on
+// that holder's token; the key's next grant is a reader's, which ends it (kMarkShared).
 inline constexpr char kTakeOrReenter[] = R"sql(
 ON CONFLICT(name) DO UPDATE SET
-  owner = CASE WHEN owner = '' OR expires_at <= excluded.acquired_at THEN excluded.owner ELSE owner END,
-  token = CASE WHEN owner = '' OR expires_at <= excluded.acquired_at THEN token + 1 ELSE token END,
-  hold_count = CASE WHEN owner = '' OR expires_at <= excluded.acquired_at THEN 1
-                    WHEN owner = excluded.owner AND hold_count > 0 THEN hold_count + 1 ELSE hold_count END,
-  expires_at = CASE WHEN owner = '' OR expires_at <= excluded.acquired_at THEN excluded.expires_at
-                    WHEN owner = excluded.owner AND hold_count > 0 THEN max(expires_at, excluded.expires_at)
-                    ELSE expires_at END,
-  acquired_at = CASE WHEN owner = '' OR expires_at <= excluded.acquired_at THEN excluded.acquired_at
-                     ELSE acquired_at END)sql";
+  owner = CASE WHEN (owner = '' OR expires_at <= excluded.acquired_at) AND readers_until <= excluded.acquired_at
+               THEN excluded.owner ELSE owner END,
+  token = CASE WHEN (owner = '' OR expires_at <= excluded.acquired_at) AND readers_until <= excluded.acquired_at
+               THEN token + 1 ELSE token END,
+  hold_count = CASE WHEN (owner = '' OR expires_at <= excluded.acquired_at) AND readers_until <= excluded.acquired_at
+                    THEN 1
+                    WHEN owner = excluded.owner AND hold_count > 0 AND expires_at > excluded.acquired_at
+                    THEN hold_count + 1 ELSE hold_count END,
+  expires_at = CASE WHEN (owner = '' OR expires_at <= excluded.acquired_at) AND readers_until <= excluded.acquired_at
+                    THEN excluded.expires_at
+                    WHEN owner = excluded.owner AND hold_count > 0 AND expires_at > excluded.acquired_at
+                    THEN max(expires_at, excluded.expires_at) ELSE expires_at END,
+  acquired_at = CASE WHEN (owner = '' OR expires_at <= excluded.acquired_at) AND readers_until <= excluded.acquired_at
+                     THEN excluded.acquired_at ELSE acquired_at END)sql";
 
 // One release, of one key (kRelease) or each key of a set (kReleaseSet): drops one hold; the
 // last one frees the row (kept, for its token history).
@@ -79,7 +94,8 @@ inline constexpr auto kAcquireText = join(R"sql(WITH t(now) AS MATERIALIZED (SEL
 INSERT INTO dlock_locks(name, owner, token, hold_count, expires_at, acquired_at)
 SELECT ?1, ?2, (SELECT v FROM dlock_seq WHERE id = 0) + 1, 1, t.now + ?3, t.now FROM t WHERE true)sql",
                                           kTakeOrReenter, R"sql(
-RETURNING owner, token, hold_count, expires_at - (SELECT now FROM t), (SELECT now FROM t) - acquired_at)sql");
+RETURNING owner, token, hold_count, expires_at - (SELECT now FROM t), (SELECT now FROM t) - acquired_at,
+  readers_until - (SELECT now FROM t))sql");
 
 // release: a live hold of the lease.
 inline constexpr auto kReleaseText = join(R"sql(WITH t(now) AS MATERIALIZED (SELECT dlock_now_us()))sql", kDropHold, R"sql(
@@ -91,13 +107,15 @@ RETURNING hold_count)sql");
 //
 // acquire_set, inside a transaction: the numbers are the TTLs in µs. Each key is upserted by
 // the rules of one acquire; RETURNING reports every row, so a busy key's holder too, and the
-// caller rolls the set back unless every key is the owner's.
+// caller rolls the set back unless every key is the owner's (rows.hpp's busy_row reads a busy
+// one, as for kAcquire).
 inline constexpr auto kAcquireSetText = join(R"sql(WITH t(now) AS MATERIALIZED (SELECT dlock_now_us())
 INSERT INTO dlock_locks(name, owner, token, hold_count, expires_at, acquired_at)
 SELECT j.key, ?2, (SELECT v FROM dlock_seq WHERE id = 0) + 1, 1, t.now + j.value, t.now FROM json_each(?1) j, t
 WHERE true)sql",
                                              kTakeOrReenter, R"sql(
-RETURNING name, owner, token, hold_count, expires_at - (SELECT now FROM t), (SELECT now FROM t) - acquired_at)sql");
+RETURNING name, owner, token, hold_count, expires_at - (SELECT now FROM t), (SELECT now FROM t) - acquired_at,
+  readers_until - (SELECT now FROM t))sql");
 
 // release_set: the numbers are the tokens. Drops a hold of each lease that is a live hold, as
 // kRelease does, and returns those; the others take release()'s other paths.
@@ -113,8 +131,8 @@ enum Sql : std::size_t {
   // Shared holds (shared_holds.cpp), on the tables of kSharedSchema. The caller reads the
   // clock once (kNow) and binds it, so a transaction's statements agree on one instant.
   kNow, kKeyRow, kSeq, kSharedPrune, kSharedHolders, kSharedMode, kSharedReenter, kExclusiveReenter, kSharedInsert,
-  kMarkShared, kSharedSettle, kSharedPermits, kClaim, kSharedRenew, kMarkerExtend, kSharedFind, kSharedDecrement,
-  kSharedDelete, kSharedEvict, kSharedCollect, kSqlCount
+  kMarkShared, kSharedSettle, kSharedPermits, kClaim, kReadersClaim, kSharedRenew, kMarkerExtend, kSharedFind,
+  kSharedDecrement, kSharedDelete, kSharedEvict, kSharedCollect, kSqlCount
 };
 
 inline constexpr std::array<const char*, kSqlCount> kSql = {
@@ -157,7 +175,8 @@ RETURNING owner, token, hold_count, expires_at - (SELECT now FROM t), (SELECT no
     // The force-releases since a watcher's last look (?1) and since it started (?2).
     "SELECT seq, name FROM dlock_evictions WHERE seq > ?1 AND at >= ?2 ORDER BY seq",
     R"sql(WITH t(now) AS MATERIALIZED (SELECT dlock_now_us())
-DELETE FROM dlock_locks WHERE owner = '' OR expires_at <= (SELECT now FROM t))sql",
+DELETE FROM dlock_locks
+WHERE (owner = '' OR expires_at <= (SELECT now FROM t)) AND readers_until <= (SELECT now FROM t))sql",
     // ping: a read transaction and one B-tree lookup, the cheapest access to the file.
     "SELECT v FROM dlock_seq WHERE id = 0",
     // add_activity: one row of totals, added to; written every few seconds per busy client.
@@ -185,10 +204,11 @@ WHERE name = ?1 AND owner = ?2 AND hold_count > 0 AND expires_at > ?3 RETURNING 
     "INSERT INTO dlock_shared VALUES (?1, ?2, ?3, 1, ?4, ?5)",
     // The key's row while it has shared holders: the marker owner (a space makes it no valid
     // owner), the last token, and an expiry no earlier than any shared holder's, so the
-    // exclusive acquire (kAcquire) sees the key held until the last of them is gone.
+    // exclusive acquire (kAcquire) sees the key held until the last of them is gone. A grant,
+    // it ends the readers' claim.
     R"sql(INSERT INTO dlock_locks(name, owner, token, hold_count, expires_at, acquired_at)
 VALUES (?1, ' shared', ?2, 1, ?3, ?4) ON CONFLICT(name) DO UPDATE SET
-  owner = excluded.owner, token = excluded.token, hold_count = 1, expires_at = excluded.expires_at,
+  owner = excluded.owner, token = excluded.token, hold_count = 1, expires_at = excluded.expires_at, readers_until = 0,
   acquired_at = CASE WHEN owner = excluded.owner AND expires_at > excluded.acquired_at THEN acquired_at
                      ELSE excluded.acquired_at END)sql",
     // After a shared hold ends: the marker's expiry is the latest left, or the key is free.
@@ -201,6 +221,8 @@ WHERE name = ?1 AND owner = ' shared')sql",
     // one it saw: the next acquisition can only be a writer's, which serves the claim.
     R"sql(INSERT INTO dlock_modes SELECT ?1, 0, dlock_now_us() + ?2, token FROM dlock_locks WHERE name = ?1 AND true
 ON CONFLICT(name) DO UPDATE SET claim_until = excluded.claim_until, claim_token = excluded.claim_token)sql",
+    // Readers waiting for the exclusive holder of the key's row (?2: the claim's end).
+    "UPDATE dlock_locks SET readers_until = ?2 WHERE name = ?1",
     // ?4 now + ttl, ?5 now.
     R"sql(UPDATE dlock_shared SET expires_at = ?4
 WHERE name = ?1 AND owner = ?2 AND token = ?3 AND hold_count > 0 AND expires_at > ?5 RETURNING 1)sql",

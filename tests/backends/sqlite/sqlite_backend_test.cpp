@@ -66,6 +66,10 @@ backend::AcquireResult acquire(Backend& b, std::string_view key, std::string_vie
   return b.acquire({key, owner, ttl});
 }
 
+backend::AcquireRequest shared_request(std::string_view key, std::string_view owner, bool waiting) {
+  return {key, owner, 10s, LockMode::shared, 0, waiting};
+}
+
 Acquired must_acquire(Backend& b, std::string_view key, std::string_view owner, std::chrono::milliseconds ttl = 10s) {
   auto result = acquire(b, key, owner, ttl);
   if (auto* busy = std::get_if<Busy>(&result)) {
@@ -151,7 +155,7 @@ TEST_F(SqliteBackend, CreatesSchemaOnFirstUse) {
                        "WHERE name NOT LIKE 'sqlite_%' ORDER BY name)"),
             "dlock_evictions dlock_evictions_kept dlock_locks dlock_meta dlock_modes dlock_seq dlock_seq_after_delete "
             "dlock_shared");
-  EXPECT_EQ(raw.scalar("SELECT v FROM dlock_meta WHERE k = 'schema_version'"), "2");
+  EXPECT_EQ(raw.scalar("SELECT v FROM dlock_meta WHERE k = 'schema_version'"), "3");
   EXPECT_EQ(raw.scalar("SELECT v FROM dlock_meta WHERE k = 'boot_id'"), boot_id());
   EXPECT_EQ(raw.scalar("SELECT v FROM dlock_seq WHERE id = 0"), "0");
   EXPECT_EQ(raw.scalar("PRAGMA journal_mode"), "wal");
@@ -296,7 +300,7 @@ TEST_F(SqliteBackend, VersionOneFileIsUpgradedKeepingLeasesAndTokens) {
   write_earlier_file(db_, kVersion1Rest);
   auto backend = open_db(db_);
   Raw raw(db_);
-  EXPECT_EQ(raw.scalar("SELECT v FROM dlock_meta WHERE k = 'schema_version'"), "2");
+  EXPECT_EQ(raw.scalar("SELECT v FROM dlock_meta WHERE k = 'schema_version'"), "3");
   EXPECT_EQ(raw.scalar("SELECT group_concat(name, ' ') FROM (SELECT name FROM sqlite_schema "
                        "WHERE type = 'trigger' ORDER BY name)"),
             "dlock_evictions_kept dlock_seq_after_delete");
@@ -308,8 +312,8 @@ TEST_F(SqliteBackend, VersionOneFileIsUpgradedKeepingLeasesAndTokens) {
   EXPECT_GT(must_acquire(*backend, "new-key", "a").token, 41u);
 }
 
-// A file of the previous build gains the evictions table on its first force-release, even
-// under a client that opened it before the table existed, and stays at version 2.
+// A file of version 2 gains the evictions table on its first force-release, even under a
+// client that opened it before the table existed.
 TEST_F(SqliteBackend, VersionTwoFileTakesLockDelaysAndEvictionNotices) {
   write_earlier_file(db_, kVersion2Rest);
   Notices notices;
@@ -327,8 +331,24 @@ TEST_F(SqliteBackend, VersionTwoFileTakesLockDelaysAndEvictionNotices) {
   EXPECT_TRUE(evicted->evicted);
   EXPECT_EQ(watched->release({"held", "old-owner", 40}), std::nullopt);
   EXPECT_GT(must_acquire(*watched, "held", "a").token, 40u);
+}
+
+// Version 3 adds the readers' claim to the key's row: a file of version 2 gains the column,
+// keeping its leases, and its keys take the claim.
+TEST_F(SqliteBackend, VersionTwoFileIsUpgradedToTakeReadersClaims) {
+  write_earlier_file(db_, kVersion2Rest);
+  auto backend = open_db(db_);
   Raw raw(db_);
-  EXPECT_EQ(raw.scalar("SELECT v FROM dlock_meta WHERE k = 'schema_version'"), "2");
+  EXPECT_EQ(raw.scalar("SELECT v FROM dlock_meta WHERE k = 'schema_version'"), "3");
+  EXPECT_EQ(raw.scalar("SELECT readers_until FROM dlock_locks WHERE name = 'held'"), "0");
+  const auto held = sole_holder(backend->inspect("held"));
+  ASSERT_TRUE(held);
+  EXPECT_EQ(held->token, 40u);
+  EXPECT_TRUE(std::holds_alternative<Busy>(backend->acquire(shared_request("held", "r", /*waiting=*/true))));
+  ASSERT_EQ(backend->release({"held", "old-owner", 40}), 0u);
+  EXPECT_TRUE(std::holds_alternative<Busy>(acquire(*backend, "held", "w")));
+  open_db(db_)->ping();  // opening it again changes nothing
+  EXPECT_EQ(raw.scalar("SELECT v FROM dlock_meta WHERE k = 'schema_version'"), "3");
 }
 
 TEST_F(SqliteBackend, FileOfALaterSchemaVersionIsRefusedUntouched) {
@@ -422,6 +442,84 @@ TEST_F(SqliteBackend, CollectIdleRemovesOnlyFreeKeys) {
   EXPECT_FALSE(backend->inspect("live").empty());
   Raw raw(db_);
   EXPECT_EQ(raw.scalar("SELECT group_concat(name) FROM dlock_locks"), "live");
+}
+
+// ---- The readers' claim (include/dlock/backend.hpp, "Nor are readers") ----
+
+// The claim of readers that waited for `writer`'s hold of `key`: placed by a waiting reader's
+// attempt, and standing once the writer lets go.
+void place_readers_claim(Backend& b, std::string_view key, std::string_view writer, std::uint64_t token) {
+  const auto refused = b.acquire(shared_request(key, "reader", /*waiting=*/true));
+  ASSERT_TRUE(std::holds_alternative<Busy>(refused));
+  const auto holder = sole_holder(std::get<Busy>(refused).holders);
+  ASSERT_TRUE(holder);
+  EXPECT_EQ(holder->owner, writer);
+  EXPECT_LE(std::get<Busy>(refused).retry_within, backend::kWriterClaim / 2);
+  ASSERT_EQ(b.release({key, writer, token}), 0u);
+}
+
+// Busy with no holder, as a key that only a readers' claim keeps answers.
+void expect_claimed(const backend::AcquireResult& result) {
+  const auto* busy = std::get_if<Busy>(&result);
+  ASSERT_TRUE(busy) << "a writer took a key that readers claimed";
+  EXPECT_TRUE(busy->holders.empty()) << busy->holders.front().owner;
+  EXPECT_GT(busy->retry_within, 0ms);
+  EXPECT_LE(busy->retry_within, backend::kWriterClaim);
+}
+
+TEST_F(SqliteBackend, AWaitingReaderClaimsTheKeyFromWritersUntilTheNextGrant) {
+  auto backend = open_db(db_);
+  const Acquired writer = must_acquire(*backend, "k", "w");
+  // A try-once reader claims nothing.
+  EXPECT_TRUE(std::holds_alternative<Busy>(backend->acquire(shared_request("k", "r", /*waiting=*/false))));
+  Raw raw(db_);
+  EXPECT_EQ(raw.scalar("SELECT readers_until FROM dlock_locks WHERE name = 'k'"), "0");
+  place_readers_claim(*backend, "k", "w", writer.token);
+  EXPECT_TRUE(backend->inspect("k").empty()) << "the claim is no holder";
+  expect_claimed(acquire(*backend, "k", "w"));
+  // A waiting writer so refused places its own claim; the readers who waited pass it.
+  expect_claimed(backend->acquire({"k", "w", 10s, LockMode::exclusive, 0, /*waiting=*/true}));
+  auto passing = shared_request("k", "reader", /*waiting=*/true);
+  passing.waited_behind = writer.token;
+  const auto reader = backend->acquire(passing);
+  ASSERT_TRUE(std::holds_alternative<Acquired>(reader));
+  EXPECT_GT(std::get<Acquired>(reader).token, writer.token);
+  // That grant ended the claim: once the reader leaves, the writer enters.
+  ASSERT_EQ(backend->release({"k", "reader", std::get<Acquired>(reader).token}), 0u);
+  EXPECT_GT(must_acquire(*backend, "k", "w").token, std::get<Acquired>(reader).token);
+}
+
+TEST_F(SqliteBackend, AReadersClaimRunsOutAndKeepsItsRowFromCollection) {
+  auto backend = open_db(db_);
+  place_readers_claim(*backend, "k", "w", must_acquire(*backend, "k", "w").token);
+  EXPECT_EQ(backend->collect_idle(), 0u);
+  const auto until = SteadyClock::now() + backend::kWriterClaim;
+  expect_claimed(acquire(*backend, "k", "w"));
+  std::this_thread::sleep_until(until + 50ms);
+  must_acquire(*backend, "k", "w");
+}
+
+TEST_F(SqliteBackend, ASetDoesNotTakeAKeyThatReadersClaim) {
+  auto backend = open_db(db_);
+  place_readers_claim(*backend, "b", "w", must_acquire(*backend, "b", "w").token);
+  const std::vector<backend::AcquireRequest> set = {{"a", "w", 10s}, {"b", "w", 10s}, {"c", "w", 10s}};
+  const auto result = backend->acquire_set(set);
+  ASSERT_TRUE(result);
+  const auto* busy = std::get_if<backend::SetBusy>(&*result);
+  ASSERT_TRUE(busy);
+  EXPECT_EQ(busy->index, 1u);
+  expect_claimed(busy->busy);
+  EXPECT_TRUE(backend->inspect("a").empty()) << "the refused set kept a key";
+}
+
+TEST_F(SqliteBackend, AReadersClaimEndsWithItsBoot) {
+  auto backend = open_db(db_);
+  place_readers_claim(*backend, "k", "w", must_acquire(*backend, "k", "w").token);
+  {
+    Raw raw(db_);
+    ASSERT_EQ(raw.exec("UPDATE dlock_meta SET v = 'an-earlier-boot' WHERE k = 'boot_id'"), SQLITE_OK);
+  }
+  must_acquire(*open_db(db_), "k", "w");
 }
 
 TEST_F(SqliteBackend, ReopeningTheFileKeepsLeases) {
