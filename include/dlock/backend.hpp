@@ -128,6 +128,14 @@ struct Busy {
 
 using AcquireResult = std::variant<Acquired, Busy>;
 
+// The waited_behind of a waiter's next attempt, from the `result` of its last one.
+inline std::uint64_t waited_behind(LockMode mode, const AcquireResult& result) {
+  const auto* busy = std::get_if<Busy>(&result);
+  const bool behind_writer = mode == LockMode::shared && busy && busy->holders.size() == 1 &&
+                             busy->holders.front().mode == LockMode::exclusive;
+  return behind_writer ? busy->holders.front().token : 0;
+}
+
 // A set's first busy request (Backend::acquire_set): its index and the Busy it got.
 struct SetBusy {
   std::size_t index = 0;

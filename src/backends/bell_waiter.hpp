@@ -48,13 +48,11 @@ class BellWaiter final : public backend::Waiter {
     bell_->arm();
     auto result = backend_.acquire({key_, owner_, ttl_, mode_, permits_, /*waiting=*/true, waited_behind_});
     acquired_ = std::holds_alternative<backend::Acquired>(result);
-    const auto* busy = std::get_if<backend::Busy>(&result);
-    const bool behind_writer = mode_ == LockMode::shared && busy && busy->holders.size() == 1 &&
-                               busy->holders.front().mode == LockMode::exclusive;
-    waited_behind_ = behind_writer ? busy->holders.front().token : 0;
+    waited_behind_ = backend::waited_behind(mode_, result);
     // One release rings one waiter. A shared holder passes its ring on, since the next waiter
     // may share the key too; so does a waiter kept out of a key with no holder (a waiting
     // writer's claim), since no holder of that key will ring when it leaves.
+    const auto* busy = std::get_if<backend::Busy>(&result);
     if ((acquired_ && mode_ == LockMode::shared) || (busy && busy->holders.empty())) bell_->pass_on();
     return result;
   }

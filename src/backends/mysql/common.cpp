@@ -345,7 +345,7 @@ void ModeBackend::ensure_lock_table(Connection& connection, bool session_tables)
     // created only the tables so far. The empty joins name the columns and tables later
     // versions added, in the same round trip.
     const std::string memory = !session_tables ? ""
-                                               : " LEFT JOIN (SELECT name FROM `" + table +
+                                               : " LEFT JOIN (SELECT name, readers_until FROM `" + table +
                                                      "_session` LIMIT 0) AS memory ON TRUE LEFT JOIN (SELECT name FROM `" + table +
                                                      "_holders` LIMIT 0) AS holders ON TRUE LEFT JOIN (SELECT id FROM `" +
                                                      table + "_epoch` LIMIT 0) AS epoch ON TRUE";
@@ -367,7 +367,9 @@ void ModeBackend::ensure_lock_table(Connection& connection, bool session_tables)
               "` ADD COLUMN session_id BIGINT UNSIGNED NOT NULL DEFAULT 0, ADD COLUMN heir_owner VARBINARY(128) NOT NULL"
               " DEFAULT '', ADD COLUMN heir_ttl_us BIGINT UNSIGNED NOT NULL DEFAULT 0, ADD COLUMN heir_session BIGINT"
               " UNSIGNED NOT NULL DEFAULT 0 (leaving out any it has), or, while no lock is held, drop it and `" + table +
-              "_seq` to have both made anew",
+              "_seq` to have both made anew; session mode's `" + table + "_session` lacks one when the message names"
+              " readers_until: ALTER TABLE `" + table + "_session` ADD COLUMN readers_until DATETIME(6) NOT NULL"
+              " DEFAULT '1000-01-01'",
           kName);
     }
     if (e.code != ER_NO_SUCH_TABLE) raise(e, settings_);

@@ -288,6 +288,7 @@ class DoorbellChannel final : public backend::Waiter {
   const std::uint32_t permits_;
   std::optional<backend::Acquired> taken_;
   bool acquired_ = false;  // the waiting call got the key through this channel
+  std::uint64_t waited_behind_ = 0;  // the exclusive holder the last attempt found (AcquireRequest)
 };
 
 std::shared_ptr<backend::Backend> make_lease_backend(Settings settings);

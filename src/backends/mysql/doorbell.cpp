@@ -31,7 +31,10 @@ DoorbellChannel::~DoorbellChannel() {
 }
 
 backend::AcquireResult DoorbellChannel::attempt() {
-  return backend_.attempt({key_, owner_, ttl_, mode_, permits_, /*waiting=*/true}, connection_ ? this : nullptr);
+  auto result =
+      backend_.attempt({key_, owner_, ttl_, mode_, permits_, /*waiting=*/true, waited_behind_}, connection_ ? this : nullptr);
+  waited_behind_ = backend::waited_behind(mode_, result);
+  return result;
 }
 
 void DoorbellChannel::wait_until(std::chrono::steady_clock::time_point deadline) {

@@ -84,6 +84,8 @@ std::string lock_table_schema(const std::string& table) {
          "  expires_at  DATETIME(6)     NOT NULL,        -- the holder's lease (lock_delay)\n"
          "  renewals    BIGINT UNSIGNED NOT NULL DEFAULT 0,\n"
          "  session_id  BIGINT UNSIGNED NOT NULL DEFAULT 0,  -- the connection holding the lock\n"
+         "  readers_until DATETIME(6)   NOT NULL DEFAULT '1000-01-01',  -- waiting readers' claim on this\n"
+         "                                               -- token: no new writer until then\n"
          "  PRIMARY KEY (name) USING BTREE\n"
          ") ENGINE=MEMORY;\n"
          "CREATE TABLE IF NOT EXISTS `" +

@@ -47,19 +47,23 @@ struct SessionSql {
     // statement (the parameter, from the client's own records): connection ids repeat after
     // a server restart, so a row naming this id may be a dead session's.
     const std::string mine = "(? AND owner = VALUES(owner) AND session_id = CONNECTION_ID() AND hold_count > 0)";
-    // Nobody takes the row before it expires: its holder was evicted with a lock delay, or,
-    // with lock_delay, its holder's session ended without releasing it (this session holds the
-    // key's GET_LOCK, so a holder that is not this session is gone).
-    const std::string closed =
-        "(owner <> '' AND expires_at > " + now + " AND (hold_count = 0 OR (" + delay + " AND NOT " + mine + ")))";
+    // Waiting readers' claim on the row's token (backend.hpp), which refuses new writers.
+    const std::string readers_first = "readers_until > " + now;
+    // Nobody but its holder re-entering (`mine`, never an evicted one) takes the row before it
+    // expires: its holder was evicted with a lock delay, or, with lock_delay, its holder's
+    // session ended without releasing it (this session holds the key's GET_LOCK, so a holder
+    // that is not this session is gone); nor while readers have claimed it.
+    const std::string closed = "(NOT " + mine + " AND ((owner <> '' AND expires_at > " + now + " AND (hold_count = 0 OR " +
+                               delay + ")) OR " + readers_first + "))";
     // The common case in one plain statement (a memory table's statements cost about as much
     // as their expressions): a new acquisition of a key with a row, free, expired or its holder
     // gone, once this session holds the key's GET_LOCK, taking it if free. Anything else (no
     // row, a re-entry, a closed row, another holder) is left to `acquire`; a key held shared is
-    // taken by no exclusive statement. Parameters: owner, ttl, key, bell, bell, bell, key, bell.
+    // taken by no exclusive statement, nor one readers have claimed, whose GET_LOCK goes to
+    // them. Parameters: owner, ttl, key, bell, bell, bell, key, bell.
     take = "UPDATE " + t + " SET token = LAST_INSERT_ID(token + 1), hold_count = 1, owner = ?, session_id = CONNECTION_ID(),"
            " acquired_at = " + now + ", expires_at = " + now + " + INTERVAL ? MICROSECOND, renewals = renewals + 1"
-           " WHERE name = ? AND (IS_USED_LOCK(?) <=> CONNECTION_ID() OR GET_LOCK(?, 0) = 1)"
+           " WHERE name = ? AND NOT " + readers_first + " AND (IS_USED_LOCK(?) <=> CONNECTION_ID() OR GET_LOCK(?, 0) = 1)"
            " AND NOT (owner <> '' AND expires_at > " + now + " AND (hold_count = 0 OR " + delay + "))"
            " AND NOT " + held_shared;
     // The SELECT yields a row only when this session holds the key's GET_LOCK, taking it if
@@ -94,11 +98,12 @@ struct SessionSql {
     const std::string info = "owner, token, hold_count, " + left + ", TIMESTAMPDIFF(MICROSECOND, acquired_at, " + now + ")";
     // Parameters: bell, bell, bell, key, bell, bell, key. The last columns say whether the row's
     // session holds the lock, whether the row is closed (as `closed`; the acquire found it not
-    // this session's to re-enter; or held shared), whether this session holds the lock, and the
-    // row's session.
+    // this session's to re-enter; or held shared), whether this session holds the lock, the
+    // row's session, and a readers' claim's microseconds left (NULL for none).
     conflict = "SELECT " + info + ", session_id = IS_USED_LOCK(?), ((owner <> '' AND expires_at > " + now +
                " AND (hold_count = 0 OR (" + delay + " AND " + gone + "))) OR " + held_shared +
-               "), IS_USED_LOCK(?) <=> CONNECTION_ID(), session_id FROM " + t + " WHERE name = ?";
+               "), IS_USED_LOCK(?) <=> CONNECTION_ID(), session_id, IF(" + readers_first +
+               ", TIMESTAMPDIFF(MICROSECOND, " + now + ", readers_until), NULL) FROM " + t + " WHERE name = ?";
     // Another connection of the same owner holds it (an explicit owner shared by clients).
     // The new hold count comes back as the insert id. Parameters: ttl, key, owner, token, bell.
     reenter_elsewhere = "UPDATE " + t + " SET hold_count = LAST_INSERT_ID(hold_count + 1), expires_at = GREATEST(expires_at, " +
@@ -148,10 +153,12 @@ struct SessionSql {
     // Rows of live sessions keep an owner; a row whose session died keeps its owner too until
     // the next acquire takes it over, so only released rows are removed, and only those at or
     // below the floor once it is raised: one taken and released again in between has a token
-    // above it and stays. (Memory tables have no transactions to make the two one.)
+    // above it and stays, as does one readers have claimed. (Memory tables have no
+    // transactions to make the two one.)
     raise_floor = "UPDATE " + floor + " SET v = GREATEST(v, (SELECT COALESCE(MAX(token), 0) FROM " + t +
                   " WHERE owner = '')) WHERE id = 0";
-    delete_idle = "DELETE FROM " + t + " WHERE owner = '' AND token <= (SELECT v FROM " + floor + " WHERE id = 0)";
+    delete_idle = "DELETE FROM " + t + " WHERE owner = '' AND NOT " + readers_first + " AND token <= (SELECT v FROM " +
+                  floor + " WHERE id = 0)";
     has_floor = "SELECT 1 FROM " + floor + " WHERE id = 0";
     // The epoch: raised, durably, once per server run. Its insert id is the new epoch.
     raise_epoch = "INSERT INTO `" + table + "_seq` (id, v) VALUES (1, LAST_INSERT_ID(1))"
@@ -290,6 +297,11 @@ class SessionBackend final : public ModeBackend {
       return backend::Busy{{std::move(holder)}, left};
     }
     if (!live) {
+      if (!rows.empty() && rows[0][9]) {
+        // Readers have claimed the free key: the GET_LOCK this session took goes to them.
+        if (rows[0][7] == yes && !known) drop_bell(*connection, bell);
+        return backend::Busy{{}, ceil_ms(rows[0][9])};
+      }
       // The server restarted (its memory tables are empty): a new epoch first. Or the key's
       // holder has the lock but has not written the row yet (a woken waiter taking over).
       if (start_epoch(*connection)) return std::nullopt;

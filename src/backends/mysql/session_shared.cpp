@@ -2,6 +2,8 @@
 
 #include "backends/mysql/session_shared.hpp"
 
+#include <algorithm>
+
 #include "dlock/errors.hpp"
 
 namespace dlock::backends::mysql {
@@ -78,9 +80,15 @@ SessionShared::SessionShared(ModeBackend& backend, const std::string& table, boo
   reenter_shared_ = "UPDATE " + h + " SET hold_count = hold_count + 1, expires_at = GREATEST(expires_at, " + kNow + until +
                     ") WHERE name = ? AND token = ?";
   // The key's next token, unless a live exclusive holder took the key meanwhile (the row's
-  // `expires_at` stays now: the holders' leases are theirs). Parameters: key, bell.
+  // `expires_at` stays now: the holders' leases are theirs). A grant ends a readers' claim.
+  // Parameters: key, bell.
   mark_ = "UPDATE " + t + " SET token = LAST_INSERT_ID(token + 1), hold_count = 1, acquired_at = " + kNow +
-          ", expires_at = " + kNow + ", session_id = 0, owner = " + shared + " WHERE name = ? AND NOT " + exclusive;
+          ", expires_at = " + kNow + ", session_id = 0, owner = " + shared + ", readers_until = " + kNow +
+          " WHERE name = ? AND NOT " + exclusive;
+  // A waiting reader's claim (backend.hpp), on the token of the exclusive holder it found, or
+  // of one that took the key back since (no reader did). Parameters: claim, key, token.
+  claim_readers_ = "UPDATE " + t + " SET readers_until = " + kNow + until + " WHERE name = ? AND token >= ? AND owner <> " +
+                   shared;
   // Parameters: key, token, owner, permits, ttl, bell, token.
   add_holder_ = "INSERT INTO " + h + " (name, token, owner, hold_count, permits, acquired_at, expires_at, session_id)"
                 " SELECT ?, ?, ?, 1, ?, " + kNow + ", " + kNow + until + ", CONNECTION_ID() FROM DUAL"
@@ -153,6 +161,16 @@ backend::AcquireResult SessionShared::acquire(Connection& connection, const back
       const Row& row = rows[0];
       const auto yes = std::optional<std::string>("1");
       LockInfo key = ModeBackend::info(std::string(r.key), row, 0);
+      // Refused by an exclusive holder (whose token is `key.token` or above): a waiting reader
+      // claims the key, but not from a writer that may also read.
+      const auto claim_readers = [&] {
+        if (!r.waiting || key.owner == r.owner) return false;
+        run([&] {
+          return connection.execute(claim_readers_,
+                                    {ttl_us(backend::kWriterClaim), r.key, static_cast<std::int64_t>(key.token)});
+        });
+        return true;
+      };
       if (row[6] == yes) {
         // Evicted, its lease over, its session still holding the bell: end it, as an exclusive
         // acquire does.
@@ -160,7 +178,8 @@ backend::AcquireResult SessionShared::acquire(Connection& connection, const back
         return backend::Busy{{std::move(key)}, kSharedRecheck};
       }
       if (row[5] == yes) {
-        const auto left = key.ttl_left;
+        auto left = key.ttl_left;
+        if (claim_readers()) left = std::min<std::chrono::milliseconds>(left, backend::kWriterClaim / 2);
         return backend::Busy{{std::move(key)}, left};
       }
       run([&] { return connection.execute(drop_dead_, {r.key, bell}); });
@@ -174,7 +193,10 @@ backend::AcquireResult SessionShared::acquire(Connection& connection, const back
         return backend::Acquired{mine->token, mine->hold_count + 1};
       }
       const auto marked = run([&] { return connection.execute(mark_, {r.key, bell}); });
-      if (marked.affected != 1) return backend::Busy{{}, kSharedRecheck};  // an exclusive holder came first
+      if (marked.affected != 1) {  // an exclusive holder came first
+        claim_readers();
+        return backend::Busy{{}, kSharedRecheck};
+      }
       const auto token = static_cast<std::int64_t>(marked.insert_id);
       const auto added = run([&] {
         return connection.execute(add_holder_,

@@ -65,8 +65,8 @@ class SessionShared final : public SharedHolds {
                                      std::vector<std::uint64_t>* sessions = nullptr);
 
   Hooks hooks_;
-  std::string gate_, ungate_, look_, add_row_, drop_dead_, holders_, reenter_shared_, mark_, add_holder_, renew_,
-      find_hold_, drop_hold_, delete_hold_, evict_hold_, unlock_holder_, settle_, held_shared_, idle_holders_;
+  std::string gate_, ungate_, look_, add_row_, drop_dead_, holders_, reenter_shared_, mark_, claim_readers_, add_holder_,
+      renew_, find_hold_, drop_hold_, delete_hold_, evict_hold_, unlock_holder_, settle_, held_shared_, idle_holders_;
 };
 
 }  // namespace dlock::backends::mysql

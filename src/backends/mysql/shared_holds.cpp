@@ -54,7 +54,7 @@ SharedVerdict judge_shared(const backend::AcquireRequest& r, std::vector<LockInf
                           std::string(r.key));
   }
   const auto retry = soonest_end(holders, none_left);
-  if (claim_left) return {nullptr, backend::Busy{holders, std::min(retry, *claim_left)}};
+  if (claim_left && r.waited_behind == 0) return {nullptr, backend::Busy{holders, std::min(retry, *claim_left)}};
   if (r.permits != 0 && holders.size() >= r.permits) return {nullptr, backend::Busy{holders, retry}};
   return {};
 }

@@ -23,8 +23,9 @@ inline constexpr std::string_view kSharedOwner = " shared";
 inline constexpr std::chrono::milliseconds kSharedRecheck{50};
 
 // backend.hpp's rules for a shared request, once the key has no live exclusive holder, from its
-// live shared holders, their permits and a live writer's claim's time left: the owner's hold to
-// re-enter, or Busy, or neither (a new shared hold). Throws InvalidArgument when the permits
+// live shared holders, their permits and a live writer's claim's time left (which a reader that
+// waited behind a writer passes): the owner's hold to re-enter, or Busy, or neither (a new
+// shared hold). Throws InvalidArgument when the permits
 // differ. `none_left` is how soon to look again at a key whose holders are none to name.
 struct SharedVerdict {
   const LockInfo* reenter = nullptr;
