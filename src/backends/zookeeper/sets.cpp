@@ -106,12 +106,29 @@ SetVerdict judge(std::span<const backend::AcquireRequest> requests, const std::v
   return {};
 }
 
+// Whether no key of the set has a node in its queue, all read in one round trip.
+bool queues_empty(Session& s, const std::string& root, std::span<const backend::AcquireRequest> requests) {
+  std::vector<Reply<std::vector<std::string>>> names;
+  for (const auto& request : requests) names.push_back(s.children(key_path(root, request.key)));
+  for (std::size_t i = 0; i < names.size(); ++i) {
+    const int rc = names[i].rc();
+    if (rc == ZNONODE) continue;
+    check(rc, "acquire", requests[i].key);
+    if (!names[i].value().empty()) return false;
+  }
+  return true;
+}
+
 }  // namespace
 
 std::optional<backend::AcquireSetResult> take_set(const std::shared_ptr<Session>& session,
                                                   const std::string& root,
                                                   std::span<const backend::AcquireRequest> requests,
                                                   const Grant& grant) {
+  // A set's nodes, made in every key's queue and dropped when one key is busy, wake and reorder
+  // the waiters of every key: 8 processes on the same 2 keys took 62 sets/s so against 324 key by
+  // key. The set goes as one transaction only when every queue is empty.
+  if (!queues_empty(*session, root, requests)) return std::nullopt;
   for (;;) {
     auto looks = enqueue_set(session, root, requests);
     Session& s = *session;
