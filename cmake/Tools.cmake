@@ -7,8 +7,12 @@ find_package(nlohmann_json CONFIG REQUIRED)
 
 # What both tools share, compiled once for the two.
 if(DLOCK_BUILD_CLI OR DLOCK_BUILD_SERVE)
-  add_library(dlock_cli_common OBJECT src/cli/cli_common.cpp src/cli/audit_log.cpp)
-  target_link_libraries(dlock_cli_common PUBLIC dlock_internal fmt::fmt-header-only CLI11::CLI11
+  add_library(dlock_cli_common OBJECT src/cli/cli_common.cpp src/cli/audit_log.cpp
+    src/cli/fmt_compiled.cpp)
+  # fmt's headers without FMT_HEADER_ONLY: fmt_compiled.cpp holds its compiled part.
+  target_include_directories(dlock_cli_common SYSTEM PUBLIC
+    $<TARGET_PROPERTY:fmt::fmt-header-only,INTERFACE_INCLUDE_DIRECTORIES>)
+  target_link_libraries(dlock_cli_common PUBLIC dlock_internal CLI11::CLI11
     nlohmann_json::nlohmann_json PRIVATE dlock_warnings)
 endif()
 

@@ -1,6 +1,7 @@
 // `dlock acquire`, `release`, `status`, `list`, `force-release`: one backend call each (list
 // pages), plain text for people or one JSON object per invocation with --json.
 
+#include <CLI/CLI.hpp>
 #include <fmt/format.h>
 #include <pwd.h>
 #include <unistd.h>

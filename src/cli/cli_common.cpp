@@ -1,6 +1,8 @@
 #include "cli/cli_common.hpp"
 
+#include <CLI/CLI.hpp>
 #include <fmt/format.h>
+#include <nlohmann/json.hpp>
 
 #include <algorithm>
 #include <cctype>
@@ -15,6 +17,23 @@
 namespace dlock::cli {
 
 namespace {
+
+template <class Target>
+CLI::Option* add_parsed_duration(CLI::App& command, const std::string& name, Target& target,
+                                 const std::string& description) {
+  return command
+      .add_option_function<std::string>(
+          name,
+          [&target, shown = name.substr(name.rfind(',') + 1)](const std::string& text) {
+            try {
+              target = parse_duration(text);
+            } catch (const Error& e) {
+              throw CLI::ValidationError(shown, e.what());
+            }
+          },
+          description)
+      ->type_name("DURATION");
+}
 
 // The first line of a secret file, without its line end (spaces are kept: they may be part of it).
 std::string read_secret_file(const std::string& path, const std::string& what) {
@@ -160,6 +179,17 @@ std::size_t count_keys(const std::vector<LockInfo>& holders) {
     if (i == 0 || holders[i].key != holders[i - 1].key) ++keys;
   }
   return keys;
+}
+
+CLI::Option* add_duration_option(CLI::App& command, const std::string& name,
+                                 std::chrono::milliseconds& target, const std::string& description) {
+  return add_parsed_duration(command, name, target, description);
+}
+
+CLI::Option* add_duration_option(CLI::App& command, const std::string& name,
+                                 std::optional<std::chrono::milliseconds>& target,
+                                 const std::string& description) {
+  return add_parsed_duration(command, name, target, description);
 }
 
 void add_wait_options(CLI::App& command, WaitOptions& options) {

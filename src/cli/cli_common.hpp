@@ -2,7 +2,7 @@
 
 // Shared by the dlock subcommands: global options, exit codes, output helpers.
 
-#include <nlohmann/json.hpp>
+#include <nlohmann/json_fwd.hpp>
 #include <optional>
 #include <string_view>
 #include <string>

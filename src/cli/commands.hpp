@@ -2,13 +2,18 @@
 
 // The dlock subcommands other than bench, and the pieces they share (cli_common.cpp).
 
-#include <CLI/CLI.hpp>
 #include <chrono>
 #include <optional>
 #include <string>
 #include <string_view>
 
 #include "cli/cli_common.hpp"
+
+// CLI11 only declared: including it costs each source seconds of compile time.
+namespace CLI {
+class App;
+class Option;
+}  // namespace CLI
 
 namespace dlock::cli {
 
@@ -32,23 +37,12 @@ void add_wait_options(CLI::App& command, WaitOptions& options);
 void add_quiet_flag(CLI::App& command, bool& quiet);
 
 // Adds an option taking "500ms", "30s", "5m"...; a malformed value is a usage error naming
-// the option (its last name). `target` is a std::chrono::milliseconds or an optional of one.
-template <class Target>
-CLI::Option* add_duration_option(CLI::App& command, const std::string& name, Target& target,
-                                 const std::string& description) {
-  return command
-      .add_option_function<std::string>(
-          name,
-          [&target, shown = name.substr(name.rfind(',') + 1)](const std::string& text) {
-            try {
-              target = parse_duration(text);
-            } catch (const Error& e) {
-              throw CLI::ValidationError(shown, e.what());
-            }
-          },
-          description)
-      ->type_name("DURATION");
-}
+// the option (its last name).
+CLI::Option* add_duration_option(CLI::App& command, const std::string& name,
+                                 std::chrono::milliseconds& target, const std::string& description);
+CLI::Option* add_duration_option(CLI::App& command, const std::string& name,
+                                 std::optional<std::chrono::milliseconds>& target,
+                                 const std::string& description);
 
 // Takes `key` as `wait` says: one attempt, a bounded wait, or forever.
 Attempt take_lock(const Client& client, std::string_view key, const WaitOptions& wait,

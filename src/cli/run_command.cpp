@@ -5,6 +5,7 @@
 // client's renewal thread; a loss arrives through an eventfd, signals through a self-pipe, and one
 // poll() loop on the main thread handles both.
 
+#include <CLI/CLI.hpp>
 #include <fmt/format.h>
 #include <fmt/ranges.h>
 #include <poll.h>

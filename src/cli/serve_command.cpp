@@ -1,6 +1,7 @@
 // `dlock serve` runs the dlock-serve program (src/cli/serve_main.cpp) with the same arguments:
 // the HTTP server links Debian's shared cpp-httplib, which this statically linked tool cannot.
 
+#include <CLI/CLI.hpp>
 #include <unistd.h>
 
 #include <cerrno>
