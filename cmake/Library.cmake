@@ -116,7 +116,9 @@ endif()
 if(DLOCK_WITH_ZOOKEEPER)
   target_sources(dlock_objects PRIVATE
     src/backends/zookeeper/activity.cpp
+    src/backends/zookeeper/admin.cpp
     src/backends/zookeeper/errors.cpp
+    src/backends/zookeeper/held_nodes.cpp
     src/backends/zookeeper/nodes.cpp
     src/backends/zookeeper/queue.cpp
     src/backends/zookeeper/session.cpp

@@ -17,17 +17,16 @@
 #include <algorithm>
 #include <chrono>
 #include <condition_variable>
-#include <iterator>
-#include <map>
 #include <mutex>
 #include <set>
 #include <string>
-#include <tuple>
 #include <utility>
 #include <vector>
 
 #include "backends/zookeeper/activity.hpp"
+#include "backends/zookeeper/admin.hpp"
 #include "backends/zookeeper/errors.hpp"
+#include "backends/zookeeper/held_nodes.hpp"
 #include "backends/zookeeper/nodes.hpp"
 #include "backends/zookeeper/queue.hpp"
 #include "backends/zookeeper/session.hpp"
@@ -67,15 +66,6 @@ struct Signal {
     }
     cv.notify_all();
   }
-};
-
-// Where an acquisition's node is, as this client last saw it.
-struct Place {
-  std::string path;
-  NodeData data;  // as last read or written: an evicted one was force-released with a lock delay
-  int version = 0;
-  bool watched = false;
-  bool releasing = false;  // its last release is under way: the node's deletion is ours
 };
 
 class ZooKeeperBackend;
@@ -123,10 +113,10 @@ class ZooKeeperBackend final : public backend::Backend {
     if (!place) return false;
     // Each renewal watches the node again if the last watch fired: a force-release reaches the
     // holder at once.
-    auto reply = place->watched ? s->get(place->path) : s->get(place->path, watch_for(lease.key, place->path));
+    auto reply = place->watched ? s->get(place->path) : s->get(place->path, held_.watch_for(lease.key, place->path));
     const int rc = reply.rc();
     if (rc == ZNONODE) {
-      forget(lease);
+      held_.forget(lease);
       return false;
     }
     check(rc, "renew", lease.key);
@@ -135,7 +125,7 @@ class ZooKeeperBackend final : public backend::Backend {
         static_cast<std::uint64_t>(reply.value().stat.czxid) != lease.token) {
       return false;
     }
-    remember(lease, place->path, *data, reply.value().stat.version);
+    held_.remember(lease, place->path, *data, reply.value().stat.version);
     return true;
   }
 
@@ -148,19 +138,19 @@ class ZooKeeperBackend final : public backend::Backend {
       // The evicted holder's release acknowledges the loss: the key opens, and the answer is
       // that the lease was no longer ours.
       remove_surely(*s, place->path, -1);
-      forget(lease);
+      held_.forget(lease);
       return std::nullopt;
     }
     for (int attempt = 0; attempt < 100; ++attempt) {
       if (place->data.holds <= 1) {
-        releasing(lease);
+        held_.releasing(lease);
         const auto [rc, retried] = remove_surely(*s, place->path, place->version);
         if (rc == ZOK || (rc == ZNONODE && retried)) {  // gone: by this release, if retried
-          forget(lease);
+          held_.forget(lease);
           return 0;
         }
         if (rc == ZNONODE) {
-          forget(lease);
+          held_.forget(lease);
           return std::nullopt;
         }
         if (rc != ZBADVERSION) check(rc, "release", lease.key, Write::yes);
@@ -170,11 +160,11 @@ class ZooKeeperBackend final : public backend::Backend {
         auto reply = s->set(place->path, to_data(data), place->version);
         const int rc = reply.rc();
         if (rc == ZOK) {
-          remember(lease, place->path, data, reply.value().stat.version);
+          held_.remember(lease, place->path, data, reply.value().stat.version);
           return data.holds;
         }
         if (rc == ZNONODE) {
-          forget(lease);
+          held_.forget(lease);
           return std::nullopt;
         }
         if (rc != ZBADVERSION) check(rc, "release", lease.key, Write::yes);
@@ -184,7 +174,7 @@ class ZooKeeperBackend final : public backend::Backend {
       auto reply = s->get(place->path);
       const int rc = reply.rc();
       if (rc == ZNONODE) {
-        forget(lease);
+        held_.forget(lease);
         return std::nullopt;
       }
       check(rc, "release", lease.key);
@@ -194,7 +184,7 @@ class ZooKeeperBackend final : public backend::Backend {
       place->data = *data;
       if (data->evicted) {
         s->remove(place->path, -1).rc();
-        forget(lease);
+        held_.forget(lease);
         return std::nullopt;
       }
     }
@@ -213,12 +203,12 @@ class ZooKeeperBackend final : public backend::Backend {
       std::span<const backend::LeaseRef> leases) override {
     std::vector<HeldNode> nodes;
     for (const auto& lease : leases) {
-      const auto place = cached(lease);
+      const auto place = held_.find(lease);
       if (!place || place->data.evicted) return std::nullopt;
       nodes.push_back({place->path, place->data, place->version});
     }
     for (std::size_t i = 0; i < leases.size(); ++i) {
-      if (nodes[i].data.holds <= 1) releasing(leases[i]);
+      if (nodes[i].data.holds <= 1) held_.releasing(leases[i]);
     }
     const auto left = drop_holds(*session(), nodes, leases.front().key);
     if (!left) return std::nullopt;
@@ -226,136 +216,36 @@ class ZooKeeperBackend final : public backend::Backend {
     for (std::size_t i = 0; i < leases.size(); ++i) {
       const auto& node = (*left)[i];
       if (node.data.holds == 0) {
-        forget(leases[i]);
+        held_.forget(leases[i]);
       } else {
-        remember(leases[i], node.path, node.data, node.version);
+        held_.remember(leases[i], node.path, node.data, node.version);
       }
       answers.emplace_back(node.data.holds);
     }
     return answers;
   }
 
-  std::vector<LockInfo> inspect(std::string_view key) override {
-    auto s = session();
-    for (;;) {
-      auto names = s->children(key_path(key));
-      if (names.rc() == ZNONODE) return {};
-      check(names.rc(), "inspect", key);
-      const auto queue = queue_of(names.value());
-      if (queue.empty()) return {};
-      if (auto infos = holders(*s, settings_.root, key, queue); !infos.empty()) return infos;
-    }
-  }
+  std::vector<LockInfo> inspect(std::string_view key) override { return inspect_key(*session(), settings_.root, key); }
 
   ListPage list(std::string_view prefix, std::string_view after, std::size_t limit) override {
-    ListPage page;
-    if (limit == 0) return page;
-    auto s = session();
-    auto names = s->children(settings_.root);
-    if (names.rc() == ZNONODE) return page;
-    check(names.rc(), "list", prefix);
-    std::vector<std::string> keys;
-    for (const auto& name : names.value()) {
-      auto key = decode_key(name);
-      if (!key || key->compare(0, prefix.size(), prefix) != 0 || (!after.empty() && *key <= after)) continue;
-      keys.push_back(std::move(*key));
-    }
-    std::sort(keys.begin(), keys.end());
-    constexpr std::size_t kBatch = 64;  // requests in flight at once
-    std::size_t listed = 0;  // keys
-    for (std::size_t start = 0; start < keys.size(); start += kBatch) {
-      const std::size_t end = std::min(keys.size(), start + kBatch);
-      std::vector<Reply<std::vector<std::string>>> queues;
-      for (std::size_t i = start; i < end; ++i) queues.push_back(s->children(key_path(keys[i])));
-      for (std::size_t i = start; i < end; ++i) {
-        auto& reply = queues[i - start];
-        if (reply.rc() == ZNONODE) continue;
-        check(reply.rc(), "list", keys[i]);
-        const auto queue = queue_of(reply.value());
-        if (queue.empty()) continue;
-        auto infos = holders(*s, settings_.root, keys[i], queue);
-        if (infos.empty()) continue;  // released meanwhile
-        if (listed == limit) {
-          page.next_after = page.locks.back().key;
-          return page;
-        }
-        ++listed;
-        std::move(infos.begin(), infos.end(), std::back_inserter(page.locks));
-      }
-    }
-    return page;
+    return list_keys(*session(), settings_.root, prefix, after, limit);
   }
 
   std::vector<LockInfo> force_release(std::string_view key, Eviction eviction,
                                       std::optional<std::uint64_t> token) override {
-    auto s = session();
-    const std::string dir = key_path(key) + "/";
-    for (int attempt = 0; attempt < 100; ++attempt) {
-      auto names = s->children(key_path(key));
-      if (names.rc() == ZNONODE) return {};
-      check(names.rc(), "force-release", key);
-      const auto queue = queue_of(names.value());
-      std::vector<std::pair<std::string, Reply<Node>>> held;
-      for (std::size_t i = 0; i < queue.size(); ++i) {
-        if (holds(queue, i)) held.emplace_back(dir + queue[i].name, s->get(dir + queue[i].name));
-      }
-      if (held.empty()) return {};
-      std::vector<std::pair<LockInfo, std::optional<Reply<Node>>>> evictions;
-      for (auto& [path, reply] : held) {
-        if (reply.rc() == ZNONODE) continue;
-        check(reply.rc(), "force-release", key);
-        auto data = from_data(reply.value().data);
-        if (!data) continue;
-        LockInfo info = to_info(key, reply.value().stat, *data, queue.size() - held.size());
-        if (token && info.token != *token) continue;
-        std::optional<Reply<Node>> done;
-        if (eviction == Eviction::immediate) {
-          done = s->remove(path, -1);
-        } else if (!data->evicted) {
-          // Unversioned: whatever its hold count is now, the node is this holder's, and an
-          // evicted holder's count is 0.
-          data->evicted = true;
-          done = s->set(path, to_data(*data), -1);
-        }
-        evictions.emplace_back(std::move(info), std::move(done));
-      }
-      std::vector<LockInfo> evicted;
-      for (auto& [info, done] : evictions) {
-        if (done && done->rc() == ZNONODE) continue;  // released first
-        if (done) check(done->rc(), "force-release", key);
-        evicted.push_back(std::move(info));
-      }
-      if (evicted.empty() && !token) continue;  // every holder went meanwhile: the next ones hold now
-      return evicted;
-    }
-    throw BackendError("'" + std::string(key) + "' kept changing hands during force-release", kName, std::string(key),
-                       true);
+    return evict(*session(), settings_.root, key, eviction, token);
   }
 
   backend::ActivityLedger* activity() noexcept override { return &activity_; }
 
   bool watch(std::shared_ptr<backend::Events> events) override {
-    std::lock_guard lock(mutex_);
-    events_ = std::move(events);
+    held_.report_to(std::move(events));
     return true;
   }
 
   void ping() override { check(session()->exists("/").rc(), "ping", {}); }
 
-  // Container nodes go by themselves; this removes the empty ones now. Tokens are zxids, so
-  // nothing about fencing is kept in them.
-  std::size_t collect_idle() override {
-    auto s = session();
-    auto names = s->children(settings_.root);
-    if (names.rc() == ZNONODE) return 0;
-    check(names.rc(), "collect_idle", {});
-    std::vector<Reply<Node>> removals;
-    for (const auto& name : names.value()) {
-      if (decode_key(name)) removals.push_back(s->remove(settings_.root + "/" + name, -1));  // not the ledger
-    }
-    return static_cast<std::size_t>(
-        std::count_if(removals.begin(), removals.end(), [](const Reply<Node>& r) { return r.rc() == ZOK; }));
-  }
+  std::size_t collect_idle() override { return remove_idle_keys(*session(), settings_.root); }
 
   // ---- for the waiter ----
 
@@ -367,7 +257,7 @@ class ZooKeeperBackend final : public backend::Backend {
     }
     // Connecting takes a round trip or more: not under mutex_. Two threads may both connect;
     // the first to finish is kept.
-    auto fresh = std::make_shared<Session>(settings_.session, [this] { expired(); });
+    auto fresh = std::make_shared<Session>(settings_.session, [this] { held_.session_expired(); });
     std::lock_guard lock(mutex_);
     if (session_ && !session_->expired()) return session_;
     old = std::exchange(session_, std::move(fresh));
@@ -403,7 +293,7 @@ class ZooKeeperBackend final : public backend::Backend {
   backend::Acquired granted(const backend::AcquireRequest& request, const Look& look) {
     const auto token = static_cast<std::uint64_t>(look.stat.czxid);
     const backend::LeaseRef lease{request.key, request.owner, token};
-    remember(lease, look.node, look.data, look.stat.version);
+    held_.remember(lease, look.node, look.data, look.stat.version);
     arm(*look.session, lease);
     return backend::Acquired{token, 1, std::nullopt, look.session->timeout()};
   }
@@ -426,7 +316,7 @@ class ZooKeeperBackend final : public backend::Backend {
     if (set.rc() == ZNONODE || set.rc() == ZBADVERSION) return std::nullopt;
     check(set.rc(), "acquire", request.key, Write::yes);
     const auto token = static_cast<std::uint64_t>(stat.czxid);
-    remember({request.key, request.owner, token}, path, data, set.value().stat.version);
+    held_.remember({request.key, request.owner, token}, path, data, set.value().stat.version);
     return backend::Acquired{token, data.holds, std::nullopt, s.timeout()};
   }
 
@@ -457,7 +347,7 @@ class ZooKeeperBackend final : public backend::Backend {
   // The node of an acquisition: as this client remembers it, or found in the queue (another
   // client of the same owner took it).
   std::optional<Place> find(const std::shared_ptr<Session>& s, const backend::LeaseRef& lease) {
-    if (auto place = cached(lease)) return place;
+    if (auto place = held_.find(lease)) return place;
     auto names = s->children(key_path(lease.key));
     if (names.rc() == ZNONODE) return std::nullopt;
     check(names.rc(), "find", lease.key);
@@ -474,87 +364,17 @@ class ZooKeeperBackend final : public backend::Backend {
     return std::nullopt;
   }
 
-  // The node of an acquisition as this client remembers it.
-  std::optional<Place> cached(const backend::LeaseRef& lease) {
-    std::lock_guard lock(mutex_);
-    const auto it = places_.find({std::string(lease.key), std::string(lease.owner), lease.token});
-    if (it == places_.end()) return std::nullopt;
-    return it->second;
-  }
-
-  void remember(const backend::LeaseRef& lease, const std::string& path, const NodeData& data, int version) {
-    std::lock_guard lock(mutex_);
-    auto& place = places_[{std::string(lease.key), std::string(lease.owner), lease.token}];
-    place.path = path;
-    place.data = data;
-    place.version = version;
-  }
-
-  void releasing(const backend::LeaseRef& lease) {
-    std::lock_guard lock(mutex_);
-    const auto it = places_.find({std::string(lease.key), std::string(lease.owner), lease.token});
-    if (it != places_.end()) it->second.releasing = true;
-  }
-
-  void forget(const backend::LeaseRef& lease) {
-    std::lock_guard lock(mutex_);
-    places_.erase({std::string(lease.key), std::string(lease.owner), lease.token});
-  }
-
   // Watches a new holder's node, so that a force-release reaches it at once. Not waited for:
   // the answer comes before any later request's on the session.
   void arm(Session& s, const backend::LeaseRef& lease) {
-    std::string path;
-    {
-      std::lock_guard lock(mutex_);
-      auto& place = places_[{std::string(lease.key), std::string(lease.owner), lease.token}];
-      if (place.watched) return;
-      place.watched = true;
-      path = place.path;
-    }
-    s.get(path, watch_for(lease.key, path));
-  }
-
-  // What a holder's node watch does: the core checks the key (inspect) and finds whether the
-  // change (a delete, an eviction mark, another client's re-entry) ended this acquisition.
-  Session::Watch watch_for(std::string_view key, const std::string& path) {
-    std::lock_guard lock(mutex_);
-    for (auto& [id, place] : places_) {
-      if (place.path == path) place.watched = true;
-    }
-    return [this, key = std::string(key), path](int) {
-      std::shared_ptr<backend::Events> events;
-      {
-        std::lock_guard guard(mutex_);
-        bool ours = false;
-        for (auto& [id, place] : places_) {
-          if (place.path != path) continue;
-          place.watched = false;
-          ours = ours || place.releasing;
-        }
-        if (!ours) events = events_;
-      }
-      if (events) events->evicted(key);
-    };
-  }
-
-  // On the client's completion thread: every node of the session is gone.
-  void expired() {
-    std::shared_ptr<backend::Events> events;
-    {
-      std::lock_guard lock(mutex_);
-      places_.clear();
-      events = events_;
-    }
-    if (events) events->all_lost("its ZooKeeper session expired (the ensemble did not hear from it in time)");
+    if (auto path = held_.unwatched(lease)) s.get(*path, held_.watch_for(lease.key, *path));
   }
 
   const Settings settings_;
   ActivityNode activity_{[this] { return session(); }, settings_.root};
-  std::mutex mutex_;  // never held while waiting for an answer
+  std::mutex mutex_;  // guards session_; never held while waiting for an answer
   std::shared_ptr<Session> session_;
-  std::shared_ptr<backend::Events> events_;
-  std::map<std::tuple<std::string, std::string, std::uint64_t>, Place> places_;
+  HeldNodes held_;
 };
 
 // A waiting call's place in the queue: its node, made by the first attempt and kept until the
