@@ -136,6 +136,7 @@ if(DLOCK_WITH_SQLITE)
     src/backends/sqlite/host.cpp
     src/backends/sqlite/lock_sets.cpp
     src/backends/sqlite/rows.cpp
+    src/backends/sqlite/schema.cpp
     src/backends/sqlite/shared_holds.cpp
     src/backends/sqlite/sqlite_backend.cpp
     src/backends/sqlite/wake_board.cpp)
