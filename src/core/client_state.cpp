@@ -101,6 +101,11 @@ ClientState::ClientState(std::shared_ptr<backend::Backend> backend_, std::string
 
 ClientState::~ClientState() {
   inbox_->detach();
+  // Their tasks use this state's members. A task that kept the state alive instead would let
+  // the last user-side reference go without waiting for it: a process could then exit while a
+  // flush still talked to the store.
+  renewals.stop();
+  deadlines.stop();
   if (store_failing_.load()) return;
   try {
     activity.flush(*backend);
@@ -113,13 +118,10 @@ void ClientState::watch() { backend->watch(inbox_); }
 
 void ClientState::flush_activity_soon() {
   if (flush_scheduled_.exchange(true)) return;
-  std::weak_ptr<ClientState> weak = weak_from_this();
-  renewals.schedule(SteadyClock::now() + kActivityFlush, [weak]() -> std::optional<SteadyClock::time_point> {
-    const auto self = weak.lock();
-    if (!self) return std::nullopt;
-    self->flush_scheduled_.store(false);
+  renewals.schedule(SteadyClock::now() + kActivityFlush, [this]() -> std::optional<SteadyClock::time_point> {
+    flush_scheduled_.store(false);
     try {
-      self->activity.flush(*self->backend);
+      activity.flush(*backend);
     } catch (const std::exception& e) {
       // Kept for the next flush.
       core::log(LogLevel::debug, std::string("could not add activity to the store's totals: ") + e.what());

@@ -2,10 +2,20 @@
 
 namespace dlock::core {
 
-RenewalScheduler::~RenewalScheduler() {
+RenewalScheduler::~RenewalScheduler() { stop(); }
+
+void RenewalScheduler::stop() {
+  {
+    std::lock_guard lock(shared_->mutex);
+    shared_->stopped = true;
+  }
   if (!thread_.joinable()) return;
   thread_.request_stop();
-  if (thread_.get_id() == std::this_thread::get_id()) thread_.detach();
+  if (thread_.get_id() == std::this_thread::get_id()) {
+    thread_.detach();  // the thread ends when this task returns
+  } else {
+    thread_.join();
+  }
 }
 
 RenewalScheduler::TaskId RenewalScheduler::schedule(Clock::time_point due, Task task) {
@@ -13,6 +23,7 @@ RenewalScheduler::TaskId RenewalScheduler::schedule(Clock::time_point due, Task 
   bool sooner = false;
   {
     std::lock_guard lock(shared_->mutex);
+    if (shared_->stopped) return 0;  // `task` goes outside the lock
     id = shared_->next_id++;
     shared_->queue.emplace(Key{due, id}, std::move(task));
     shared_->due.emplace(id, due);

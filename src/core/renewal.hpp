@@ -32,6 +32,10 @@ class RenewalScheduler {
   // Drops a task, so a released lease leaves nothing queued behind (leases are taken far
   // faster than their TTLs run out). Harmless for a task already gone.
   void cancel(TaskId id);
+  // Ends the thread once the task it runs (if any) returns, and waits for that unless called
+  // from that task; queued and later tasks never run. For an owner whose tasks use its
+  // members: called first in its destructor, no task runs while they go.
+  void stop();
 
  private:
   using Key = std::pair<Clock::time_point, TaskId>;
@@ -50,6 +54,7 @@ class RenewalScheduler {
     Clock::time_point wakes_at = Clock::time_point::min();
     TaskId running = 0;
     bool running_cancelled = false;
+    bool stopped = false;
   };
   static void run(const std::shared_ptr<Shared>& shared, std::stop_token stop);
 
