@@ -2,6 +2,8 @@
 # Installs dependencies, builds the test build (AddressSanitizer + UBSan, warnings as errors),
 # runs the CLI's own tests (cli_tests) against the statically linked release binary, the one
 # users get, and then the whole suite with ctest. Usage: scripts/test.sh [extra ctest arguments]
+# ctest runs three tests at once (the asan test preset) on a 2-core machine: most of them wait on
+# leases, timers and servers far more than they compute.
 #
 # A private MariaDB (scripts/servers/mariadb.sh: its own data directory in /tmp, a free port
 # on 127.0.0.1, and TLS, which mysql:// connections use as ssl-mode=preferred asks and the TLS
