@@ -89,5 +89,8 @@ end
 
 local function set_lock(i, stride, from, per)
   local k, a = 3 + (i - 1) * stride, from + (i - 1) * per
-  return keys_of(KEYS[k], ARGV[a], KEYS[1], KEYS[2]), k, a
+  -- keys_of()'s, without making the names KEYS already holds (a set's cost is per key).
+  local L = named(KEYS[k])
+  L.seq, L.queue, L.waiters, L.held, L.known, L.key = KEYS[k + 1], KEYS[k + 2], KEYS[k + 3], KEYS[1], KEYS[2], ARGV[a]
+  return L, k, a
 end
