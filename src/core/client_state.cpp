@@ -188,7 +188,7 @@ void ClientState::refuse_upgrade(std::string_view key, const LockSpec& spec) {
   std::shared_ptr<LeaseState> held;
   {
     std::lock_guard lock(registry_mutex_);
-    const auto it = registry_.find({std::string(key), spec.owner});
+    const auto it = registry_.find(RegistryOrder::Views{key, spec.owner});
     if (it != registry_.end()) held = it->second.lock();
   }
   if (!held || held->spec.mode != LockMode::shared || held->lost.load()) return;
@@ -255,7 +255,11 @@ Lease ClientState::make_lease(std::string key, const LockSpec& asked,
   std::shared_ptr<LeaseState> state;
   {
     std::lock_guard lock(registry_mutex_);
-    auto& slot = registry_[{key, spec.owner}];
+    auto at = registry_.lower_bound(RegistryOrder::Views{key, spec.owner});
+    if (at == registry_.end() || at->first.first != key || at->first.second != spec.owner) {
+      at = registry_.emplace_hint(at, std::pair{key, spec.owner}, std::weak_ptr<LeaseState>());
+    }
+    auto& slot = at->second;
     state = slot.lock();
     if (state && state->token == acquired.token && !state->lost.load()) {
       std::lock_guard state_lock(state->mutex);
@@ -304,7 +308,7 @@ void ClientState::drop_hold(const std::shared_ptr<LeaseState>& state) {
   if (!finished) return;
   unschedule(*state);
   std::lock_guard lock(registry_mutex_);
-  const auto it = registry_.find({state->key, state->spec.owner});
+  const auto it = registry_.find(RegistryOrder::Views{state->key, state->spec.owner});
   if (it != registry_.end() && (it->second.expired() || it->second.lock() == state)) registry_.erase(it);
 }
 

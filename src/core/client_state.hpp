@@ -13,6 +13,7 @@
 #include <optional>
 #include <stop_token>
 #include <string>
+#include <string_view>
 #include <unordered_map>
 #include <vector>
 
@@ -94,12 +95,13 @@ struct ClientState : std::enable_shared_from_this<ClientState> {
   // One try-once attempt at several keys in one request (Backend::acquire_set): every lease,
   // in the keys' order, or the index of the first busy key and its holders, nothing taken.
   // Nothing when the backend cannot take this set in one request. lease_sets.cpp.
+  // `spec` is every key's (resolve() of any of them: they share their options).
   struct SetAttempt {
     std::vector<Lease> leases;
     std::optional<std::size_t> busy;
     std::vector<LockInfo> holders;
   };
-  std::optional<SetAttempt> try_acquire_set(const std::vector<std::string>& keys, const LockOptions& options);
+  std::optional<SetAttempt> try_acquire_set(const std::vector<std::string_view>& keys, const LockSpec& spec);
   // Releases every lease, in one request where the backend can (Backend::release_set), else one
   // by one from the last. Throws the first LockLostError once all are released.
   void release_set(std::vector<Lease>& leases);
@@ -140,8 +142,19 @@ struct ClientState : std::enable_shared_from_this<ClientState> {
   class Inbox;
   const std::shared_ptr<Inbox> inbox_;
 
+  // (key, owner) -> its live acquisition. Looked up by views, so that a lookup copies nothing.
+  struct RegistryOrder {
+    using is_transparent = void;
+    using Views = std::pair<std::string_view, std::string_view>;
+    static Views views(const std::pair<std::string, std::string>& k) noexcept { return {k.first, k.second}; }
+    static Views views(const Views& k) noexcept { return k; }
+    template <class A, class B>
+    bool operator()(const A& a, const B& b) const noexcept {
+      return views(a) < views(b);
+    }
+  };
   std::mutex registry_mutex_;
-  std::map<std::pair<std::string, std::string>, std::weak_ptr<LeaseState>> registry_;
+  std::map<std::pair<std::string, std::string>, std::weak_ptr<LeaseState>, RegistryOrder> registry_;
 };
 
 // now + timeout, or the end of time when that would not fit.

@@ -124,7 +124,7 @@ void ClientState::check_eviction_soon(std::string_view key) {
   std::vector<std::weak_ptr<LeaseState>> leases;
   {
     std::lock_guard lock(registry_mutex_);
-    for (auto it = registry_.lower_bound({std::string(key), {}}); it != registry_.end() && it->first.first == key; ++it)
+    for (auto it = registry_.lower_bound(RegistryOrder::Views{key, {}}); it != registry_.end() && it->first.first == key; ++it)
       leases.push_back(it->second);
   }
   for (auto& weak : leases) {
