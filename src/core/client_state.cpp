@@ -243,8 +243,8 @@ Attempt ClientState::acquire_until(std::string_view key, const LockOptions& opti
   }
 }
 
-Lease ClientState::make_lease(std::string key, const LockSpec& asked,
-                              const backend::Acquired& acquired, SteadyClock::time_point sent) {
+Lease ClientState::make_lease(std::string key, const LockSpec& asked, const backend::Acquired& acquired,
+                              SteadyClock::time_point sent, const std::shared_ptr<DeadlineGroup>& group) {
   LockSpec spec = asked;
   if (acquired.lease && *acquired.lease < spec.ttl) {
     // The store grants less than asked (a session's timeout): trust and renew by what it grants.
@@ -276,10 +276,15 @@ Lease ClientState::make_lease(std::string key, const LockSpec& asked,
     slot = state;
   }
   std::weak_ptr<LeaseState> weak = state;
-  const auto deadline_task = deadlines.schedule(valid_until, [this, weak]() -> std::optional<SteadyClock::time_point> {
-    auto locked = weak.lock();
-    return locked ? deadline_due(locked) : std::nullopt;
-  });
+  core::RenewalScheduler::TaskId deadline_task = 0;
+  if (group) {
+    ++group->live;
+  } else {
+    deadline_task = deadlines.schedule(valid_until, [this, weak]() -> std::optional<SteadyClock::time_point> {
+      auto locked = weak.lock();
+      return locked ? deadline_due(locked) : std::nullopt;
+    });
+  }
   core::RenewalScheduler::TaskId renew_task = 0;
   if (spec.auto_renew) {
     renew_task = renewals.schedule(sent + spec.ttl / 3, [this, weak]() -> std::optional<SteadyClock::time_point> {
@@ -290,6 +295,7 @@ Lease ClientState::make_lease(std::string key, const LockSpec& asked,
   {
     std::lock_guard lock(state->mutex);
     state->deadline_task = deadline_task;
+    state->deadline_group = group;
     state->renew_task = renew_task;
   }
   return Lease(shared_from_this(), state, acquired.hold_count);

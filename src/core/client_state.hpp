@@ -36,6 +36,13 @@ struct LockSpec {
   std::uint32_t permits = 0;
 };
 
+// The deadline task of the leases a set took together (their deadlines are alike): one task
+// for them all, dropped when the last of them is finished or lost.
+struct DeadlineGroup {
+  std::atomic<int> live{0};
+  std::atomic<core::RenewalScheduler::TaskId> task{0};
+};
+
 // One acquisition (key, owner, token), shared by the Lease objects that hold it.
 struct LeaseState {
   LeaseState(std::string key_, LockSpec spec_, std::uint64_t token_)
@@ -57,6 +64,7 @@ struct LeaseState {
   std::mutex mutex;  // guards the fields below
   core::RenewalScheduler::TaskId renew_task = 0;
   core::RenewalScheduler::TaskId deadline_task = 0;
+  std::shared_ptr<DeadlineGroup> deadline_group;  // instead of deadline_task: a set's
   int local_holds = 0;
   bool finished = false;  // every local hold released or detached: nothing to renew
   std::vector<std::function<void(const LossInfo&)>> callbacks;
@@ -111,6 +119,8 @@ struct ClientState : std::enable_shared_from_this<ClientState> {
   void watch();
   // Stops renewing and watching a lease that is finished or lost.
   void unschedule(LeaseState& state);
+  // Schedules the deadline task of `group`, the leases of `leases` that joined it.
+  void schedule_deadlines(const std::shared_ptr<DeadlineGroup>& group, const std::vector<Lease>& leases);
   // Marks the lease lost once and tells its callbacks and stop token.
   void mark_lost(LeaseState& state, LossReason reason, std::string message);
   static void add_loss_callback(LeaseState& state, std::function<void(const LossInfo&)> callback);
@@ -119,8 +129,10 @@ struct ClientState : std::enable_shared_from_this<ClientState> {
   // Called after counting: adds the counts to the store's totals within kActivityFlush.
   void flush_activity_soon();
 
+  // A new acquisition gets its own deadline task, or joins `group`'s (a set's, scheduled by
+  // the caller once every lease of the set is made).
   Lease make_lease(std::string key, const LockSpec& spec, const backend::Acquired& acquired,
-                   SteadyClock::time_point sent);
+                   SteadyClock::time_point sent, const std::shared_ptr<DeadlineGroup>& group = nullptr);
   // After the store answered a release of `lease` (under its op_mutex): the bookkeeping, and
   // the LockLostError to throw when the lease was no longer ours.
   std::optional<LockLostError> settle_release(Lease& lease, std::optional<std::uint32_t> holds_left);

@@ -29,11 +29,13 @@ std::optional<ClientState::SetAttempt> ClientState::try_acquire_set(const std::v
   }
   auto& acquired = std::get<std::vector<backend::Acquired>>(*result);
   attempt.leases.reserve(keys.size());
+  const auto group = std::make_shared<DeadlineGroup>();
   for (std::size_t i = 0; i < keys.size(); ++i) {
     if (acquired[i].hold_count == 1) activity.acquired();
-    attempt.leases.push_back(
-        make_lease(std::string(keys[i]), spec, acquired[i], std::min(sent, acquired[i].sent.value_or(sent))));
+    attempt.leases.push_back(make_lease(std::string(keys[i]), spec, acquired[i],
+                                        std::min(sent, acquired[i].sent.value_or(sent)), group));
   }
+  schedule_deadlines(group, attempt.leases);
   flush_activity_soon();
   return attempt;
 }
