@@ -190,7 +190,7 @@ void ClientState::refuse_upgrade(std::string_view key, const LockSpec& spec) {
   std::shared_ptr<LeaseState> held;
   {
     std::lock_guard lock(registry_mutex_);
-    const auto it = registry_.find({std::string(key), spec.owner});
+    const auto it = registry_.find(RegistryOrder::Views{key, spec.owner});
     if (it != registry_.end()) held = it->second.lock();
   }
   if (!held || held->spec.mode != LockMode::shared || held->lost.load()) return;
@@ -245,8 +245,8 @@ Attempt ClientState::acquire_until(std::string_view key, const LockOptions& opti
   }
 }
 
-Lease ClientState::make_lease(std::string key, const LockSpec& asked,
-                              const backend::Acquired& acquired, SteadyClock::time_point sent) {
+Lease ClientState::make_lease(std::string key, const LockSpec& asked, const backend::Acquired& acquired,
+                              SteadyClock::time_point sent, const std::shared_ptr<DeadlineGroup>& group) {
   LockSpec spec = asked;
   if (acquired.lease && *acquired.lease < spec.ttl) {
     // The store grants less than asked (a session's timeout): trust and renew by what it grants.
@@ -257,7 +257,11 @@ Lease ClientState::make_lease(std::string key, const LockSpec& asked,
   std::shared_ptr<LeaseState> state;
   {
     std::lock_guard lock(registry_mutex_);
-    auto& slot = registry_[{key, spec.owner}];
+    auto at = registry_.lower_bound(RegistryOrder::Views{key, spec.owner});
+    if (at == registry_.end() || at->first.first != key || at->first.second != spec.owner) {
+      at = registry_.emplace_hint(at, std::pair{key, spec.owner}, std::weak_ptr<LeaseState>());
+    }
+    auto& slot = at->second;
     state = slot.lock();
     if (state && state->token == acquired.token && !state->lost.load()) {
       std::lock_guard state_lock(state->mutex);
@@ -274,10 +278,15 @@ Lease ClientState::make_lease(std::string key, const LockSpec& asked,
     slot = state;
   }
   std::weak_ptr<LeaseState> weak = state;
-  const auto deadline_task = deadlines.schedule(valid_until, [this, weak]() -> std::optional<SteadyClock::time_point> {
-    auto locked = weak.lock();
-    return locked ? deadline_due(locked) : std::nullopt;
-  });
+  core::RenewalScheduler::TaskId deadline_task = 0;
+  if (group) {
+    ++group->live;
+  } else {
+    deadline_task = deadlines.schedule(valid_until, [this, weak]() -> std::optional<SteadyClock::time_point> {
+      auto locked = weak.lock();
+      return locked ? deadline_due(locked) : std::nullopt;
+    });
+  }
   core::RenewalScheduler::TaskId renew_task = 0;
   if (spec.auto_renew) {
     renew_task = renewals.schedule(sent + spec.ttl / 3, [this, weak]() -> std::optional<SteadyClock::time_point> {
@@ -288,6 +297,7 @@ Lease ClientState::make_lease(std::string key, const LockSpec& asked,
   {
     std::lock_guard lock(state->mutex);
     state->deadline_task = deadline_task;
+    state->deadline_group = group;
     state->renew_task = renew_task;
   }
   return Lease(shared_from_this(), state, acquired.hold_count);
@@ -306,7 +316,7 @@ void ClientState::drop_hold(const std::shared_ptr<LeaseState>& state) {
   if (!finished) return;
   unschedule(*state);
   std::lock_guard lock(registry_mutex_);
-  const auto it = registry_.find({state->key, state->spec.owner});
+  const auto it = registry_.find(RegistryOrder::Views{state->key, state->spec.owner});
   if (it != registry_.end() && (it->second.expired() || it->second.lock() == state)) registry_.erase(it);
 }
 

@@ -13,6 +13,7 @@
 #include <optional>
 #include <stop_token>
 #include <string>
+#include <string_view>
 #include <unordered_map>
 #include <vector>
 
@@ -33,6 +34,13 @@ struct LockSpec {
   bool auto_renew;
   LockMode mode = LockMode::exclusive;
   std::uint32_t permits = 0;
+};
+
+// The deadline task of the leases a set took together (their deadlines are alike): one task
+// for them all, dropped when the last of them is finished or lost.
+struct DeadlineGroup {
+  std::atomic<int> live{0};
+  std::atomic<core::RenewalScheduler::TaskId> task{0};
 };
 
 // One acquisition (key, owner, token), shared by the Lease objects that hold it.
@@ -56,6 +64,7 @@ struct LeaseState {
   std::mutex mutex;  // guards the fields below
   core::RenewalScheduler::TaskId renew_task = 0;
   core::RenewalScheduler::TaskId deadline_task = 0;
+  std::shared_ptr<DeadlineGroup> deadline_group;  // instead of deadline_task: a set's
   int local_holds = 0;
   bool finished = false;  // every local hold released or detached: nothing to renew
   std::vector<std::function<void(const LossInfo&)>> callbacks;
@@ -94,12 +103,13 @@ struct ClientState : std::enable_shared_from_this<ClientState> {
   // One try-once attempt at several keys in one request (Backend::acquire_set): every lease,
   // in the keys' order, or the index of the first busy key and its holders, nothing taken.
   // Nothing when the backend cannot take this set in one request. lease_sets.cpp.
+  // `spec` is every key's (resolve() of any of them: they share their options).
   struct SetAttempt {
     std::vector<Lease> leases;
     std::optional<std::size_t> busy;
     std::vector<LockInfo> holders;
   };
-  std::optional<SetAttempt> try_acquire_set(const std::vector<std::string>& keys, const LockOptions& options);
+  std::optional<SetAttempt> try_acquire_set(const std::vector<std::string_view>& keys, const LockSpec& spec);
   // Releases every lease, in one request where the backend can (Backend::release_set), else one
   // by one from the last. Throws the first LockLostError once all are released.
   void release_set(std::vector<Lease>& leases);
@@ -109,6 +119,8 @@ struct ClientState : std::enable_shared_from_this<ClientState> {
   void watch();
   // Stops renewing and watching a lease that is finished or lost.
   void unschedule(LeaseState& state);
+  // Schedules the deadline task of `group`, the leases of `leases` that joined it.
+  void schedule_deadlines(const std::shared_ptr<DeadlineGroup>& group, const std::vector<Lease>& leases);
   // Marks the lease lost once and tells its callbacks and stop token.
   void mark_lost(LeaseState& state, LossReason reason, std::string message);
   static void add_loss_callback(LeaseState& state, std::function<void(const LossInfo&)> callback);
@@ -117,8 +129,10 @@ struct ClientState : std::enable_shared_from_this<ClientState> {
   // Called after counting: adds the counts to the store's totals within kActivityFlush.
   void flush_activity_soon();
 
+  // A new acquisition gets its own deadline task, or joins `group`'s (a set's, scheduled by
+  // the caller once every lease of the set is made).
   Lease make_lease(std::string key, const LockSpec& spec, const backend::Acquired& acquired,
-                   SteadyClock::time_point sent);
+                   SteadyClock::time_point sent, const std::shared_ptr<DeadlineGroup>& group = nullptr);
   // After the store answered a release of `lease` (under its op_mutex): the bookkeeping, and
   // the LockLostError to throw when the lease was no longer ours.
   std::optional<LockLostError> settle_release(Lease& lease, std::optional<std::uint32_t> holds_left);
@@ -140,8 +154,19 @@ struct ClientState : std::enable_shared_from_this<ClientState> {
   class Inbox;
   const std::shared_ptr<Inbox> inbox_;
 
+  // (key, owner) -> its live acquisition. Looked up by views, so that a lookup copies nothing.
+  struct RegistryOrder {
+    using is_transparent = void;
+    using Views = std::pair<std::string_view, std::string_view>;
+    static Views views(const std::pair<std::string, std::string>& k) noexcept { return {k.first, k.second}; }
+    static Views views(const Views& k) noexcept { return k; }
+    template <class A, class B>
+    bool operator()(const A& a, const B& b) const noexcept {
+      return views(a) < views(b);
+    }
+  };
   std::mutex registry_mutex_;
-  std::map<std::pair<std::string, std::string>, std::weak_ptr<LeaseState>> registry_;
+  std::map<std::pair<std::string, std::string>, std::weak_ptr<LeaseState>, RegistryOrder> registry_;
 };
 
 // now + timeout, or the end of time when that would not fit.

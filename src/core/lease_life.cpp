@@ -124,7 +124,7 @@ void ClientState::check_eviction_soon(std::string_view key) {
   std::vector<std::weak_ptr<LeaseState>> leases;
   {
     std::lock_guard lock(registry_mutex_);
-    for (auto it = registry_.lower_bound({std::string(key), {}}); it != registry_.end() && it->first.first == key; ++it)
+    for (auto it = registry_.lower_bound(RegistryOrder::Views{key, {}}); it != registry_.end() && it->first.first == key; ++it)
       leases.push_back(it->second);
   }
   for (auto& weak : leases) {
@@ -165,13 +165,39 @@ void ClientState::check_eviction(LeaseState& state) {
 
 void ClientState::unschedule(LeaseState& state) {
   core::RenewalScheduler::TaskId renew_task = 0, deadline_task = 0;
+  std::shared_ptr<DeadlineGroup> group;
   {
     std::lock_guard lock(state.mutex);
     std::swap(renew_task, state.renew_task);
     std::swap(deadline_task, state.deadline_task);
+    std::swap(group, state.deadline_group);
   }
   if (renew_task != 0) renewals.cancel(renew_task);
   if (deadline_task != 0) deadlines.cancel(deadline_task);
+  // A task not scheduled yet (a loss while its set is being made) runs once and ends.
+  if (group && --group->live == 0) deadlines.cancel(group->task.load());
+}
+
+void ClientState::schedule_deadlines(const std::shared_ptr<DeadlineGroup>& group, const std::vector<Lease>& leases) {
+  std::vector<std::weak_ptr<LeaseState>> members;
+  auto due = SteadyClock::time_point::max();
+  for (const Lease& lease : leases) {
+    std::lock_guard lock(lease.state_->mutex);
+    if (lease.state_->deadline_group != group) continue;
+    members.push_back(lease.state_);
+    due = std::min(due, lease.state_->valid_until_time());
+  }
+  if (members.empty()) return;
+  // Each member's deadline, as its own task would run it; again at the earliest still ahead.
+  group->task = deadlines.schedule(due, [this, members]() -> std::optional<SteadyClock::time_point> {
+    std::optional<SteadyClock::time_point> next;
+    for (const auto& weak : members) {
+      const auto state = weak.lock();
+      const auto again = state ? deadline_due(state) : std::nullopt;
+      if (again) next = next ? std::min(*next, *again) : *again;
+    }
+    return next;
+  });
 }
 
 void ClientState::add_loss_callback(LeaseState& state, std::function<void(const LossInfo&)> callback) {

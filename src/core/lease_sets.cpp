@@ -8,19 +8,13 @@
 
 namespace dlock::detail {
 
-std::optional<ClientState::SetAttempt> ClientState::try_acquire_set(const std::vector<std::string>& keys,
-                                                                    const LockOptions& options) {
-  std::vector<LockSpec> specs;
+std::optional<ClientState::SetAttempt> ClientState::try_acquire_set(const std::vector<std::string_view>& keys,
+                                                                    const LockSpec& spec) {
   std::vector<backend::AcquireRequest> requests;
-  specs.reserve(keys.size());
-  for (const auto& key : keys) {
-    specs.push_back(resolve(key, options));
-    refuse_upgrade(key, specs.back());
-  }
   requests.reserve(keys.size());
-  for (std::size_t i = 0; i < keys.size(); ++i) {
-    const LockSpec& spec = specs[i];
-    requests.push_back({keys[i], spec.owner, spec.ttl, spec.mode, spec.permits});
+  for (const auto key : keys) {
+    refuse_upgrade(key, spec);
+    requests.push_back({key, spec.owner, spec.ttl, spec.mode, spec.permits});
   }
   const auto sent = SteadyClock::now();
   auto result = backend->acquire_set(requests);
@@ -35,11 +29,13 @@ std::optional<ClientState::SetAttempt> ClientState::try_acquire_set(const std::v
   }
   auto& acquired = std::get<std::vector<backend::Acquired>>(*result);
   attempt.leases.reserve(keys.size());
+  const auto group = std::make_shared<DeadlineGroup>();
   for (std::size_t i = 0; i < keys.size(); ++i) {
     if (acquired[i].hold_count == 1) activity.acquired();
-    attempt.leases.push_back(
-        make_lease(keys[i], specs[i], acquired[i], std::min(sent, acquired[i].sent.value_or(sent))));
+    attempt.leases.push_back(make_lease(std::string(keys[i]), spec, acquired[i],
+                                        std::min(sent, acquired[i].sent.value_or(sent)), group));
   }
+  schedule_deadlines(group, attempt.leases);
   flush_activity_soon();
   return attempt;
 }

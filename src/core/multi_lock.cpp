@@ -18,18 +18,11 @@ namespace detail {
 
 // What the leases of one set share: one stop source and the first loss.
 struct MultiLeaseState {
-  // Requests the set's stop when a lease's stop token fires.
-  struct Forward {
-    std::stop_source stop;
-    void operator()() const noexcept { stop.request_stop(); }
-  };
-
   std::shared_ptr<ClientState> client;  // releases the set in one request where it can
   std::mutex mutex;
   std::stop_source stop;
   std::optional<LossInfo> loss;
   std::vector<std::function<void(const LossInfo&)>> callbacks;
-  std::vector<std::unique_ptr<std::stop_callback<Forward>>> forwards;
 
   void lost(const LossInfo& info) {
     std::vector<std::function<void(const LossInfo&)>> to_call;
@@ -43,13 +36,13 @@ struct MultiLeaseState {
     for (const auto& callback : to_call) callback(info);
   }
 
-  // Ties every lease to the set: its stop token and its loss.
+  // Ties every lease's loss to the set, and so its stop token: a lease's own stop token fires
+  // only when it is lost (ClientState::mark_lost), just before its loss callbacks run.
   static MultiLease make(std::shared_ptr<ClientState> client, std::vector<Lease> leases) {
     auto state = std::make_shared<MultiLeaseState>();
     state->client = std::move(client);
     std::weak_ptr<MultiLeaseState> weak = state;
     for (Lease& lease : leases) {
-      state->forwards.push_back(std::make_unique<std::stop_callback<Forward>>(lease.stop_token(), Forward{state->stop}));
       lease.on_lost([weak](const LossInfo& info) {
         if (auto set = weak.lock()) set->lost(info);
       });
@@ -94,14 +87,15 @@ void give_back(std::vector<Lease>& taken) noexcept {
 // One pass in one request where the store can (Backend::acquire_set): the keys not yet held,
 // all or none, with the waited one put back in its place. Nothing when the store cannot.
 std::optional<ClientState::SetAttempt> take_set(ClientState& client, const std::vector<std::string>& keys,
-                                                const LockOptions& options,
+                                                const LockSpec& spec,
                                                 std::optional<std::pair<std::string, Lease>>& waited) {
-  std::vector<std::string> wanted;
+  std::vector<std::string_view> wanted;
+  wanted.reserve(keys.size());
   for (const auto& key : keys) {
     if (!waited || waited->first != key) wanted.push_back(key);
   }
   if (wanted.size() < 2) return std::nullopt;
-  auto attempt = client.try_acquire_set(wanted, options);
+  auto attempt = client.try_acquire_set(wanted, spec);
   if (!attempt) return attempt;
   if (attempt->busy) {
     attempt->busy = static_cast<std::size_t>(std::find(keys.begin(), keys.end(), wanted[*attempt->busy]) - keys.begin());
@@ -116,10 +110,13 @@ std::optional<ClientState::SetAttempt> take_set(ClientState& client, const std::
   return attempt;
 }
 
-MultiAttempt acquire_all_until(const std::shared_ptr<ClientState>& shared_client, std::vector<std::string> keys,
-                               const LockOptions& options, SteadyClock::time_point deadline) {
+// `keys` as canonical() leaves them.
+MultiAttempt acquire_canonical_until(const std::shared_ptr<ClientState>& shared_client,
+                                     const std::vector<std::string>& keys, const LockOptions& options,
+                                     SteadyClock::time_point deadline) {
   ClientState& client = *shared_client;
-  keys = canonical(client, std::move(keys), options);
+  // Every key's: the keys share their options, and each key was checked by canonical().
+  const LockSpec spec = client.resolve(keys.front(), options);
   // The key this call last waited for, taken by that wait: the next pass starts with it held.
   std::optional<std::pair<std::string, Lease>> waited;
   for (;;) {
@@ -127,7 +124,7 @@ MultiAttempt acquire_all_until(const std::shared_ptr<ClientState>& shared_client
     taken.reserve(keys.size());
     std::optional<Attempt> busy;
     std::string busy_key;
-    if (auto set = take_set(client, keys, options, waited)) {
+    if (auto set = take_set(client, keys, spec, waited)) {
       if (!set->busy) return MultiAttempt(MultiLeaseState::make(shared_client, std::move(set->leases)));
       busy.emplace(std::move(set->holders));
       busy_key = keys[*set->busy];
@@ -156,6 +153,11 @@ MultiAttempt acquire_all_until(const std::shared_ptr<ClientState>& shared_client
     if (!attempt) return MultiAttempt(std::move(busy_key), attempt.holders());
     waited.emplace(busy_key, std::move(attempt.lease()));
   }
+}
+
+MultiAttempt acquire_all_until(const std::shared_ptr<ClientState>& shared_client, std::vector<std::string> keys,
+                               const LockOptions& options, SteadyClock::time_point deadline) {
+  return acquire_canonical_until(shared_client, canonical(*shared_client, std::move(keys), options), options, deadline);
 }
 
 }  // namespace
@@ -303,7 +305,7 @@ bool MultiMutex::try_lock_for_steady(std::chrono::steady_clock::duration timeout
 bool MultiMutex::try_lock_until_steady(std::chrono::steady_clock::time_point deadline) {
   require_state(state_);
   const std::string owner = state_->current_owner();
-  MultiAttempt attempt = detail::acquire_all_until(state_->client, state_->keys, state_->options, deadline);
+  MultiAttempt attempt = detail::acquire_canonical_until(state_->client, state_->keys, state_->options, deadline);
   if (!attempt) {
     std::lock_guard lock(state_->mutex);
     state_->last_failures[owner] = {attempt.busy_key(), attempt.holders()};

@@ -225,6 +225,24 @@ TEST_P(MultiKey, LossOfOneKeyIsTheLossOfTheSet) {
   EXPECT_TRUE(admin.inspect(a).empty()) << "the release of a lost set kept its other key";
 }
 
+// A set's leases share one deadline task: each lease still ends at its own deadline, and a key
+// re-entered by another hold keeps its deadline after the set is released.
+TEST_P(MultiKey, EveryLeaseOfASetEndsAtItsDeadline) {
+  Client client = open();
+  const std::string a = key("a"), b = key("b"), c = key("c");
+  MultiLease both = client.acquire_all({a, b}, {.ttl = 300ms});
+  ASSERT_TRUE(eventually([&] { return both.stop_token().stop_requested(); }, 10s)) << "the set outlived its TTL";
+  EXPECT_TRUE(eventually([&] { return both.lease(a).lost() && both.lease(b).lost(); }, 10s));
+  EXPECT_THROW(both.release(), LockLostError);
+
+  MultiLease set = client.acquire_all({a, c}, {.ttl = 2s});
+  Lease again = client.acquire(a, {.ttl = 2s});  // a re-entry: the same acquisition as the set's
+  ASSERT_EQ(again.hold_count(), 2u);
+  set.release();
+  EXPECT_TRUE(eventually([&] { return again.stop_token().stop_requested(); }, 10s))
+      << "a hold that outlived its set was never ended at its deadline";
+}
+
 TEST_P(MultiKey, StdUniqueLockAndTimedTryLock) {
   Client client = open();
   Client other = open();

@@ -6,17 +6,44 @@
 -- lock's index (from 0) and its acquire.lua answer; then nothing was taken (a fair look may
 -- have served a queue, as any attempt there would).
 local fair, claim_ms = ARGV[1] == '1', ARGV[2]
-local looked = {}
-for i = 1, set_count(4) do
+local n = set_count(4)
+local locks, exclusive = {}, true
+for i = 1, n do
   local L, _, a = set_lock(i, 4, 3, 5)
-  local r = {L = L, owner = ARGV[a + 1], ttl = ARGV[a + 2], shared = ARGV[a + 3] == '1', permits = tonumber(ARGV[a + 4])}
-  local why, x, s, mine = look(L, r.owner, r.shared, r.permits, fair, '')
-  if why then return {0, i - 1, refused(L, x, s, why, r.shared, false, claim_ms, 0)} end
+  locks[i] = {L = L, owner = ARGV[a + 1], ttl = ARGV[a + 2], shared = ARGV[a + 3] == '1', permits = tonumber(ARGV[a + 4])}
+  exclusive = exclusive and not locks[i].shared
+end
+
+-- The usual set of writers finds every key without holders (nor, in fair mode, waiters): one
+-- look at all of them, and each key granted as grant() would, the claims ended and the keys
+-- indexed in one call each.
+if exclusive then
+  local names = {}
+  for _, r in ipairs(locks) do
+    names[#names + 1], names[#names + 2] = r.L.lock, r.L.shared
+    if fair then names[#names + 1] = r.L.queue end
+  end
+  if redis.call('EXISTS', unpack(names)) == 0 then
+    local out, claims, held, at = {1}, {}, {}, num(now_ms())
+    for i, r in ipairs(locks) do
+      local token = num(next_token(r.L))
+      redis.call('SET', r.L.lock, lock_value(token, 1, at, r.owner), 'PX', r.ttl)
+      claims[i], held[2 * i - 1], held[2 * i] = r.L.claim, 0, r.L.key
+      out[i + 1] = {1, token, 1}
+    end
+    redis.call('DEL', unpack(claims))
+    redis.call('ZADD', locks[1].L.held, unpack(held))
+    return out
+  end
+end
+
+for i, r in ipairs(locks) do
+  local why, x, s, mine = look(r.L, r.owner, r.shared, r.permits, fair, '')
+  if why then return {0, i - 1, refused(r.L, x, s, why, r.shared, false, claim_ms, 0)} end
   r.mine = mine
-  looked[i] = r
 end
 local out = {1}
-for i, r in ipairs(looked) do
+for i, r in ipairs(locks) do
   local token, holds = take(r.L, r.owner, r.ttl, r.shared, r.permits, r.mine)
   out[i + 1] = {1, token, holds}
 end

@@ -89,5 +89,9 @@ end
 
 local function set_lock(i, stride, from, per)
   local k, a = 3 + (i - 1) * stride, from + (i - 1) * per
-  return keys_of(KEYS[k], ARGV[a], KEYS[1], KEYS[2]), k, a
+  -- keys_of()'s, in one constructor and without making the names KEYS already holds (a set's
+  -- cost is per key).
+  local lock = KEYS[k]
+  return {lock = lock, shared = lock .. ':sh', claim = lock .. ':wc', seq = KEYS[k + 1], queue = KEYS[k + 2],
+          waiters = KEYS[k + 3], held = KEYS[1], known = KEYS[2], key = ARGV[a]}, k, a
 end
