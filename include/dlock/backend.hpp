@@ -73,6 +73,7 @@
 #include <variant>
 #include <vector>
 
+#include "dlock/errors.hpp"
 #include "dlock/export.hpp"
 #include "dlock/types.hpp"
 
@@ -95,6 +96,12 @@ struct AcquireRequest {
   // holder's token (0: none). Such a reader is not refused by a writer's claim.
   std::uint64_t waited_behind = 0;
 };
+
+// What a shared request gets when the key's shared holds were taken with another number of
+// permits (`held`): every client of one semaphore or read-write lock must agree. `state` says
+// what has that number: "held", or "waited for" where a waiting reader's node carries it.
+DLOCK_EXPORT InvalidArgument permits_disagree(std::string_view key, std::uint32_t held, std::uint32_t asked,
+                                              std::string_view state = "held");
 
 // How long a waiting writer's claim refuses new shared holders without a renewing attempt.
 inline constexpr std::chrono::milliseconds kWriterClaim{2000};

@@ -1,5 +1,6 @@
 #include "dlock/errors.hpp"
 
+#include "dlock/backend.hpp"
 #include "dlock/types.hpp"
 
 namespace dlock {
@@ -34,4 +35,23 @@ const char* to_string(LockMode mode) noexcept {
   return "unknown";
 }
 
+namespace backend {
+namespace {
+
+std::string permits_text(std::uint32_t permits) {
+  if (permits == 0) return "no limit on shared holders (a read-write lock)";
+  return std::to_string(permits) + (permits == 1 ? " permit" : " permits") + " (a semaphore)";
+}
+
+}  // namespace
+
+InvalidArgument permits_disagree(std::string_view key, std::uint32_t held, std::uint32_t asked,
+                                 std::string_view state) {
+  return InvalidArgument("'" + std::string(key) + "' is " + std::string(state) + " with " + permits_text(held) +
+                             " and this request asks for " + permits_text(asked) +
+                             ": every client of one semaphore or read-write lock must agree",
+                         std::string(key));
+}
+
+}  // namespace backend
 }  // namespace dlock

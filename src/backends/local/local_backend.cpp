@@ -205,10 +205,7 @@ class LocalBackend final : public backend::Backend, public backend::ActivityLedg
     } else {
       const bool shared = !holders.empty() && holders.front().mode == LockMode::shared;
       if (shared && state.permits != r.permits) {
-        throw InvalidArgument("'" + it->first + "' is held with " + permits_text(state.permits) +
-                                  " and this request asks for " + permits_text(r.permits) +
-                                  ": every client of one semaphore or read-write lock must agree",
-                              it->first);
+        throw backend::permits_disagree(it->first, state.permits, r.permits);
       }
       if (!holders.empty() && !shared) {
         if (!r.waiting) return busy(retry);
@@ -372,11 +369,6 @@ class LocalBackend final : public backend::Backend, public backend::ActivityLedg
   }
 
  private:
-  static std::string permits_text(std::uint32_t permits) {
-    return permits == 0 ? "no limit on shared holders (a read-write lock)"
-                        : std::to_string(permits) + " permits (a semaphore)";
-  }
-
   // The live acquisition (owner, token), evicted or not.
   Entry* find_live(const backend::LeaseRef& lease, Clock::time_point now) {
     const auto it = store_->keys.find(lease.key);

@@ -7,15 +7,6 @@
 #include "dlock/errors.hpp"
 
 namespace dlock::backends::mysql {
-namespace {
-
-std::string permits_text(std::uint32_t permits) {
-  return permits == 0 ? "no limit on shared holders (a read-write lock)"
-                      : std::to_string(permits) + " permits (a semaphore)";
-}
-
-}  // namespace
-
 std::chrono::milliseconds soonest_end(const std::vector<LockInfo>& holders, std::chrono::milliseconds none) {
   if (holders.empty()) return none;
   auto soonest = holders.front().ttl_left;
@@ -48,10 +39,7 @@ SharedVerdict judge_shared(const backend::AcquireRequest& r, std::vector<LockInf
     if (h.owner == r.owner && h.hold_count > 0) return {&h, std::nullopt};
   }
   if (permits && *permits != r.permits) {
-    throw InvalidArgument("'" + std::string(r.key) + "' is held with " + permits_text(*permits) +
-                              " and this request asks for " + permits_text(r.permits) +
-                              ": every client of one semaphore or read-write lock must agree",
-                          std::string(r.key));
+    throw backend::permits_disagree(r.key, *permits, r.permits);
   }
   const auto retry = soonest_end(holders, none_left);
   if (claim_left && r.waited_behind == 0) return {nullptr, backend::Busy{holders, std::min(retry, *claim_left)}};

@@ -104,25 +104,13 @@ std::vector<std::string_view> AcquireArgs::get() const {
           permits_,     request_.waiting ? "1" : "0", claim_ms_};
 }
 
-namespace {
-std::string permits_text(std::uint32_t permits) {
-  return permits == 0 ? "no limit on shared holders (a read-write lock)"
-                      : std::to_string(permits) + " permits (a semaphore)";
-}
-}  // namespace
-
 backend::AcquireResult acquire_answer(const backend::AcquireRequest& request, const redisReply* reply) {
   const auto& e = reply->element;
   switch (integer(e[0])) {
     case 1:
       return backend::Acquired{u64(e[1]), static_cast<std::uint32_t>(u64(e[2]))};
-    case 2: {
-      const std::string key(request.key);
-      throw InvalidArgument("'" + key + "' is held with " + permits_text(static_cast<std::uint32_t>(u64(e[1]))) +
-                                " and this request asks for " + permits_text(request.permits) +
-                                ": every client of one semaphore or read-write lock must agree",
-                            key);
-    }
+    case 2:
+      throw backend::permits_disagree(request.key, static_cast<std::uint32_t>(u64(e[1])), request.permits);
     default:
       return backend::Busy{holder_rows(std::string(request.key), reply, 3), std::chrono::milliseconds(integer(e[2]))};
   }

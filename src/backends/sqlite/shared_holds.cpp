@@ -55,11 +55,6 @@ std::vector<LockInfo> holders_at(Connection& connection, std::string_view key, s
   return holders;
 }
 
-std::string permits_text(std::int64_t permits) {
-  return permits == 0 ? "no limit on shared holders (a read-write lock)"
-                      : std::to_string(permits) + " permits (a semaphore)";
-}
-
 // A re-entry statement (kSharedReenter, kExclusiveReenter): the token and holds, if it matched.
 std::optional<backend::Acquired> reenter(Connection& connection, Sql which, const backend::AcquireRequest& request,
                                          std::int64_t now, std::int64_t ttl_us) {
@@ -121,10 +116,7 @@ backend::AcquireResult acquire_shared(Connection& connection, const backend::Acq
     });
   }
   if (!holders.empty() && permits != request.permits) {
-    throw InvalidArgument("'" + std::string(key) + "' is held with " + permits_text(permits) +
-                              " and this request asks for " + permits_text(request.permits) +
-                              ": every client of one semaphore or read-write lock must agree",
-                          std::string(key));
+    throw backend::permits_disagree(key, static_cast<std::uint32_t>(permits), request.permits);
   }
   auto retry = std::chrono::milliseconds::max();
   std::int64_t latest = now + ttl_us;

@@ -23,11 +23,6 @@ bool locate(Look& look) {
   return false;
 }
 
-std::string permits_text(std::uint32_t permits) {
-  if (permits == 0) return "no limit on shared holders (a read-write lock)";
-  return std::to_string(permits) + (permits == 1 ? " permit" : " permits") + " (a semaphore)";
-}
-
 }  // namespace
 
 std::string key_path(const std::string& root, std::string_view key) { return root + "/" + encode_key(key); }
@@ -173,12 +168,8 @@ void check_permits(const backend::AcquireRequest& request, const Look& look) {
   if (request.mode != LockMode::shared) return;
   const auto first = first_shared(look.queue, look.index);
   if (!first || look.queue[*first].permits == request.permits) return;
-  const std::string key(request.key);
-  throw InvalidArgument("'" + key + "' is " + (holds(look.queue, *first) ? "held" : "waited for") + " with " +
-                            permits_text(look.queue[*first].permits) + " and this request asks for " +
-                            permits_text(request.permits) +
-                            ": every client of one semaphore or read-write lock must agree",
-                        key);
+  throw backend::permits_disagree(request.key, look.queue[*first].permits, request.permits,
+                                  holds(look.queue, *first) ? "held" : "waited for");
 }
 
 void read_holders(Session& s, const std::string& root, std::string_view key, const Look& look, Reads& reads) {
