@@ -301,6 +301,48 @@ TEST_P(SharedHolds, ReadersAndWritersInProcessesNeverConflict) {
   EXPECT_EQ(verdict.writer_token_regressions, 0) << "a writer's token was not above every earlier one";
 }
 
+// One line of a holds log, in one write (O_APPEND), as conformance_worker writes its own.
+void append(const std::string& log, const std::string& line) {
+  const int fd = ::open(log.c_str(), O_WRONLY | O_APPEND);
+  ASSERT_GE(fd, 0);
+  EXPECT_EQ(::write(fd, line.data(), line.size()), static_cast<ssize_t>(line.size()));
+  ::close(fd);
+}
+
+// The mirror of AWaitingWriterIsNotStarvedByReaders: a writer that takes the key back the
+// moment it lets go (in a process of its own, so that waking the reader takes longer than the
+// writer's next attempt) does not shut out a reader that waited for it. Judged by the writer's
+// log: the holds that began while the reader waited.
+TEST_P(SharedHolds, AWaitingReaderIsNotStarvedByAWriterThatRetakesAtOnce) {
+  DLOCK_SKIP_UNLESS_MULTI_PROCESS();
+  // A key of this run's own: the writer is killed holding it, and its lease outlives the test.
+  const std::string k = key(std::to_string(Clock::now().time_since_epoch().count()));
+  const std::string log = make_log(temp_dir());
+  const auto writes = [&] {
+    const auto holds = read_log(log);
+    return std::count_if(holds.begin(), holds.end(), [](const LoggedHold& h) { return h.sign == '+'; });
+  };
+  ChildProcess writer({DLOCK_CONFORMANCE_WORKER, "share", url(), k, "writer", "1000000", log});
+  ASSERT_TRUE(eventually([&] { return writes() >= 20; }, 20s)) << "the writer never got going";
+  Client reader_client = open();
+  auto reader = reader_client.shared_mutex(k);
+  for (int i = 0; i < 5; ++i) {
+    const auto before = writes();
+    ASSERT_TRUE(reader.try_lock_shared_for(10s)) << "a reader waited 10 s behind a writer whose holds last 1 ms";
+    // The hold the reader found, and one that may have begun as it asked; never the next ones.
+    const auto passed = writes() - before;
+    const std::string token = std::to_string(reader.shared_lease()->token());
+    append(log, "+ r " + token + " 0\n");
+    std::this_thread::sleep_for(1ms);
+    append(log, "- r " + token + " 0\n");
+    reader.unlock_shared();
+    EXPECT_LE(passed, 2) << "of the writer's holds went ahead of a waiting reader, in its hold " << i;
+    std::this_thread::sleep_for(20ms);  // the writer takes the key back meanwhile
+  }
+  writer.kill(SIGKILL);
+  EXPECT_EQ(judge(read_log(log)).writer_overlaps, 0) << "the writer held the key together with the reader";
+}
+
 TEST_P(SharedHolds, ASemaphoreOfTwoNeverHasThreeHoldersAcrossProcesses) {
   DLOCK_SKIP_UNLESS_MULTI_PROCESS();
   constexpr int kIterations = 60;
