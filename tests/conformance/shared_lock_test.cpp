@@ -326,7 +326,9 @@ TEST_P(SharedHolds, AWaitingReaderIsNotStarvedByAWriterThatRetakesAtOnce) {
   ASSERT_TRUE(eventually([&] { return writes() >= 20; }, 20s)) << "the writer never got going";
   Client reader_client = open();
   auto reader = reader_client.shared_mutex(k);
-  for (int i = 0; i < 5; ++i) {
+  // Hold 0 warms up: it opens the reader's connections, and the writer's holds meanwhile come
+  // before the reader asks, so it is not judged.
+  for (int i = 0; i <= 5; ++i) {
     const auto before = writes();
     ASSERT_TRUE(reader.try_lock_shared_for(10s)) << "a reader waited 10 s behind a writer whose holds last 1 ms";
     // The hold the reader found, and one that may have begun as it asked; never the next ones.
@@ -336,7 +338,9 @@ TEST_P(SharedHolds, AWaitingReaderIsNotStarvedByAWriterThatRetakesAtOnce) {
     std::this_thread::sleep_for(1ms);
     append(log, "- r " + token + " 0\n");
     reader.unlock_shared();
-    EXPECT_LE(passed, 2) << "of the writer's holds went ahead of a waiting reader, in its hold " << i;
+    if (i > 0) {
+      EXPECT_LE(passed, 2) << "of the writer's holds went ahead of a waiting reader, in its hold " << i;
+    }
     std::this_thread::sleep_for(20ms);  // the writer takes the key back meanwhile
   }
   writer.kill(SIGKILL);
