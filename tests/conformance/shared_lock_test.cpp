@@ -4,6 +4,7 @@
 // and processes append every hold to a shared log that the test replays.
 
 #include <fcntl.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include <algorithm>
@@ -299,6 +300,70 @@ TEST_P(SharedHolds, ReadersAndWritersInProcessesNeverConflict) {
   EXPECT_EQ(verdict.unbalanced, 0);
   EXPECT_EQ(verdict.writer_overlaps, 0) << "a writer held the key together with another holder";
   EXPECT_EQ(verdict.writer_token_regressions, 0) << "a writer's token was not above every earlier one";
+}
+
+// One line of a holds log, in one write (O_APPEND), as conformance_worker writes its own.
+void append(const std::string& log, const std::string& line) {
+  const int fd = ::open(log.c_str(), O_WRONLY | O_APPEND);
+  ASSERT_GE(fd, 0);
+  EXPECT_EQ(::write(fd, line.data(), line.size()), static_cast<ssize_t>(line.size()));
+  ::close(fd);
+}
+
+// The writer's holds logged after byte `from` of a holds log.
+long writes_since(const std::string& log, off_t from) {
+  std::ifstream in(log);
+  in.seekg(from);
+  long writes = 0;
+  for (std::string line; std::getline(in, line);) writes += line.rfind("+ w ", 0) == 0 ? 1 : 0;
+  return writes;
+}
+
+// The mirror of AWaitingWriterIsNotStarvedByReaders: a writer that takes the key back the
+// moment it lets go (in a process of its own, so that waking the reader takes longer than the
+// writer's next attempt) does not shut out a reader that waited for it. Judged by the writer's
+// log: the holds that began while the reader waited, from its call's first attempt on (a
+// loaded machine may keep the reader from asking for tens of milliseconds, while the writer
+// cycles: those holds are not the store's to stop).
+TEST_P(SharedHolds, AWaitingReaderIsNotStarvedByAWriterThatRetakesAtOnce) {
+  DLOCK_SKIP_UNLESS_MULTI_PROCESS();
+  // A key of this run's own: the writer is killed holding it, and its lease outlives the test.
+  const std::string k = key(std::to_string(Clock::now().time_since_epoch().count()));
+  const std::string log = make_log(temp_dir());
+  const auto writes = [&] {
+    const auto holds = read_log(log);
+    return std::count_if(holds.begin(), holds.end(), [](const LoggedHold& h) { return h.sign == '+'; });
+  };
+  ChildProcess writer({DLOCK_CONFORMANCE_WORKER, "share", url(), k, "writer", "1000000", log});
+  ASSERT_TRUE(eventually([&] { return writes() >= 20; }, 20s)) << "the writer never got going";
+  auto [reader_client, faults] = open_faulty();
+  std::atomic<off_t> asked{-1};  // the log's size when the reader's current call first asked
+  faults->before_attempts([&] {
+    struct stat st {};
+    off_t none = -1;
+    if (::stat(log.c_str(), &st) == 0) asked.compare_exchange_strong(none, st.st_size);
+  });
+  auto reader = reader_client.shared_mutex(k);
+  // Hold 0 warms up: it opens the reader's connections, and the writer's holds meanwhile come
+  // before the reader asks, so it is not judged.
+  for (int i = 0; i <= 5; ++i) {
+    asked = -1;
+    ASSERT_TRUE(reader.try_lock_shared_for(10s)) << "a reader waited 10 s behind a writer whose holds last 1 ms";
+    // The hold the reader found, and one that may have begun as it asked; never the next ones.
+    ASSERT_GE(asked.load(), 0) << "the reader's call made no attempt";
+    const auto passed = writes_since(log, asked.load());
+    const std::string token = std::to_string(reader.shared_lease()->token());
+    append(log, "+ r " + token + " 0\n");
+    std::this_thread::sleep_for(1ms);
+    append(log, "- r " + token + " 0\n");
+    reader.unlock_shared();
+    if (i > 0) {
+      EXPECT_LE(passed, 2) << "of the writer's holds went ahead of a waiting reader, in its hold " << i;
+    }
+    std::this_thread::sleep_for(20ms);  // the writer takes the key back meanwhile
+  }
+  writer.kill(SIGKILL);
+  EXPECT_EQ(judge(read_log(log)).writer_overlaps, 0) << "the writer held the key together with the reader";
 }
 
 TEST_P(SharedHolds, ASemaphoreOfTwoNeverHasThreeHoldersAcrossProcesses) {

@@ -17,6 +17,7 @@
 #include <atomic>
 #include <chrono>
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <thread>
 #include <utility>
@@ -51,6 +52,10 @@ class FaultBackend final : public backend::Backend {
   // Acquisitions report that their attempt was sent this long before the attempt was made, as
   // a waiter that takes the key inside its wait does.
   void backdate_acquisitions(milliseconds by) noexcept { backdate_ms_.store(by.count()); }
+  // Runs `hook` on the calling thread as each attempt reaches this decorator, before the store
+  // sees it: a test notes its own state at the moment a call asks. Set it before the client
+  // makes attempts (this knob alone is not for turning while the core runs).
+  void before_attempts(std::function<void()> hook) { before_attempts_ = std::move(hook); }
 
   // ---- what the core did ----
 
@@ -130,6 +135,7 @@ class FaultBackend final : public backend::Backend {
   template <class Attempt>
   backend::AcquireResult attempted(Attempt&& attempt) {
     ++acquire_calls_;
+    if (before_attempts_) before_attempts_();
     last_acquire_.store(std::chrono::steady_clock::now().time_since_epoch().count());
     sleep_ms(acquire_delay_ms_.load());
     auto result = attempt();
@@ -173,6 +179,7 @@ class FaultBackend final : public backend::Backend {
   std::atomic<bool> renewals_report_lost_{false};
   std::atomic<bool> fail_releases_{false};
   std::atomic<milliseconds::rep> renew_delay_ms_{0};
+  std::function<void()> before_attempts_;
   std::atomic<milliseconds::rep> acquire_delay_ms_{0};
   std::atomic<milliseconds::rep> backdate_ms_{0};
 

@@ -60,10 +60,14 @@ struct SessionSql {
     // gone, once this session holds the key's GET_LOCK, taking it if free. Anything else (no
     // row, a re-entry, a closed row, another holder) is left to `acquire`; a key held shared is
     // taken by no exclusive statement, nor one readers have claimed, whose GET_LOCK goes to
-    // them. Parameters: owner, ttl, key, bell, bell, bell, key, bell.
+    // them, nor one a shared step is looking at: a reader that finds this writer places its
+    // claim in a statement after its look, and the writer must not let go and take the key back
+    // in between (it would go ahead of the reader as often as it cycles in that time).
+    // Parameters: owner, ttl, key, bell, bell, bell, bell, key, bell.
     take = "UPDATE " + t + " SET token = LAST_INSERT_ID(token + 1), hold_count = 1, owner = ?, session_id = CONNECTION_ID(),"
            " acquired_at = " + now + ", expires_at = " + now + " + INTERVAL ? MICROSECOND, renewals = renewals + 1"
-           " WHERE name = ? AND NOT " + readers_first + " AND (IS_USED_LOCK(?) <=> CONNECTION_ID() OR GET_LOCK(?, 0) = 1)"
+           " WHERE name = ? AND NOT " + readers_first + " AND NOT " + SessionShared::stepping_sql() +
+           " AND (IS_USED_LOCK(?) <=> CONNECTION_ID() OR GET_LOCK(?, 0) = 1)"
            " AND NOT (owner <> '' AND expires_at > " + now + " AND (hold_count = 0 OR " + delay + "))"
            " AND NOT " + held_shared;
     // The SELECT yields a row only when this session holds the key's GET_LOCK, taking it if
@@ -229,7 +233,8 @@ class SessionBackend final : public ModeBackend {
     try {
       if (!known) {
         outcome = with_retries(request.key, [&] {
-          return connection->execute(sql_.take, {request.owner, ttl, request.key, bell, bell, bell, request.key, bell});
+          return connection->execute(sql_.take,
+                                     {request.owner, ttl, request.key, bell, bell, bell, bell, request.key, bell});
         });
         if (outcome.affected == 1) {
           if (attempt.channel) attempt.channel->bell_settled();
@@ -303,8 +308,10 @@ class SessionBackend final : public ModeBackend {
         return backend::Busy{{}, ceil_ms(rows[0][9])};
       }
       // The server restarted (its memory tables are empty): a new epoch first. Or the key's
-      // holder has the lock but has not written the row yet (a woken waiter taking over).
+      // holder has the lock but has not written the row yet (a woken waiter taking over), or a
+      // shared step was looking at the key (`take`), which a woken waiter's bell goes on to.
       if (start_epoch(*connection)) return std::nullopt;
+      if (!rows.empty() && rows[0][7] == yes && !known) drop_bell(*connection, bell);
       return backend::Busy{{}, kHandoffRecheck};
     }
     LockInfo holder = info(std::string(request.key), rows[0], 0);

@@ -32,9 +32,11 @@ std::string time_left(const std::string& expires) {
 
 }  // namespace
 
+std::string SessionShared::stepping_sql() { return "IS_USED_LOCK(CONCAT(?, ':gate')) IS NOT NULL"; }
+
 std::string SessionShared::busy_sql(const std::string& table, bool lock_delay) {
-  return "(IS_USED_LOCK(CONCAT(?, ':gate')) IS NOT NULL OR EXISTS (SELECT 1 FROM `" + table +
-         "_holders` AS s WHERE s.name = ? AND " + live(lock_delay) + "))";
+  return "(" + stepping_sql() + " OR EXISTS (SELECT 1 FROM `" + table + "_holders` AS s WHERE s.name = ? AND " +
+         live(lock_delay) + "))";
 }
 
 std::string SessionShared::held_sql(const std::string& table, bool lock_delay) {

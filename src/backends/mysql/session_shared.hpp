@@ -36,8 +36,11 @@ class SessionShared final : public SharedHolds {
   };
   SessionShared(ModeBackend& backend, const std::string& table, bool lock_delay, Hooks hooks);
 
-  // For the exclusive statements: whether the key's row is held shared (true while a shared
-  // step is under way). Parameters: bell, key, bell.
+  // For the exclusive statements: whether a shared step of the key is under way (it holds the
+  // key's gate). Parameter: bell.
+  static std::string stepping_sql();
+  // Whether the key's row is held shared (true while a shared step is under way). Parameters:
+  // bell, key, bell.
   static std::string held_sql(const std::string& table, bool lock_delay);
   // The same test without the row's owner, for a statement that may not have the row yet.
   // Parameters: bell, key, bell.

@@ -89,19 +89,21 @@ std::vector<LockInfo> holder_rows(const std::string& key, const redisReply* repl
 }
 
 AcquireArgs::AcquireArgs(const backend::AcquireRequest& request, bool fair, std::string_view waiter,
-                         const std::string& alive_ms)
+                         const std::string& alive_ms, bool readers_claims)
     : request_(request),
       ttl_ms_(std::to_string(request.ttl.count())),
       permits_(std::to_string(request.permits)),
       claim_ms_(std::to_string(backend::kWriterClaim.count())),
       fair_(fair),
+      readers_claims_(readers_claims),
       waiter_(waiter),
       alive_ms_(alive_ms) {}
 
 std::vector<std::string_view> AcquireArgs::get() const {
   const bool shared = request_.mode == LockMode::shared;
-  return {request_.key, request_.owner, ttl_ms_,  fair_ ? "1" : "0", waiter_, alive_ms_, shared ? "1" : "0",
-          permits_,     request_.waiting ? "1" : "0", claim_ms_};
+  return {request_.key,  request_.owner, ttl_ms_, fair_ ? "1" : "0", waiter_, alive_ms_, shared ? "1" : "0",
+          permits_,      request_.waiting ? "1" : "0", claim_ms_, request_.waited_behind != 0 ? "1" : "0",
+          readers_claims_ ? "1" : "0"};
 }
 
 backend::AcquireResult acquire_answer(const backend::AcquireRequest& request, const redisReply* reply) {

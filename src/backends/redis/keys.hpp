@@ -44,10 +44,11 @@ class LockKeys {
   std::vector<std::string_view> all() const { return {lock, seq, queue, waiters, held_, known_}; }
   // The lock's own keys, without the indexes: a set script's KEYS per lock (sets.hpp).
   std::vector<std::string_view> own() const { return {lock, seq, queue, waiters}; }
-  // redis://'s waiter box; redlock://'s sleepers and bell.
+  // redis://'s waiter box; redlock://'s sleepers, bell and readers' claim.
   std::string box(const std::string& waiter) const { return lock + ":w:" + waiter; }
   std::string sleepers() const { return lock + ":sl"; }
   std::string bell() const { return lock + ":bell"; }
+  std::string readers() const { return lock + ":rc"; }
 
   std::string_view key;
   std::string lock, seq, queue, waiters;
@@ -93,16 +94,18 @@ LockInfo holder_info(std::string key, redisReply* const* row, const redisReply* 
 // The rows of `reply` from element `from` on.
 std::vector<LockInfo> holder_rows(const std::string& key, const redisReply* reply, std::size_t from);
 
-// The ARGV of acquire.lua for a request (its numbers owned here).
+// The ARGV of acquire.lua for a request (its numbers owned here). `readers_claims`: the store
+// keeps the readers' claim (redlock://; lua/holders.lua).
 class AcquireArgs {
  public:
-  AcquireArgs(const backend::AcquireRequest& request, bool fair, std::string_view waiter, const std::string& alive_ms);
+  AcquireArgs(const backend::AcquireRequest& request, bool fair, std::string_view waiter, const std::string& alive_ms,
+              bool readers_claims);
   std::vector<std::string_view> get() const;
 
  private:
   const backend::AcquireRequest& request_;
   std::string ttl_ms_, permits_, claim_ms_;
-  bool fair_;
+  bool fair_, readers_claims_;
   std::string_view waiter_;
   const std::string& alive_ms_;
 };

@@ -88,7 +88,7 @@ class RedisBackend final : public backend::Backend, public backend::ActivityLedg
 
   // Every mode, fair or not, in one script (lua/acquire_set.lua).
   std::optional<backend::AcquireSetResult> acquire_set(std::span<const backend::AcquireRequest> requests) override {
-    const SetCall call = SetCall::acquire(settings_.ns, store_, requests, settings_.fair);
+    const SetCall call = SetCall::acquire(settings_.ns, store_, requests, settings_.fair, /*readers_claims=*/false);
     auto connection = take(requests.front().key);
     const Reply reply = run(*connection, kAcquireSet, call.keys(), call.args(), requests.front().key);
     return acquire_set_answer(requests, reply.get());
@@ -203,7 +203,7 @@ class RedisBackend final : public backend::Backend, public backend::ActivityLedg
   }
   // ARGV of the acquire script.
   AcquireArgs acquire_args(const backend::AcquireRequest& request, std::string_view waiter) const {
-    return AcquireArgs(request, settings_.fair, waiter, alive_ms_);
+    return AcquireArgs(request, settings_.fair, waiter, alive_ms_, /*readers_claims=*/false);
   }
   const std::string& alive_ms() const noexcept { return alive_ms_; }
   const std::string& claim_ms() const noexcept { return claim_ms_; }

@@ -21,9 +21,9 @@ void SetCall::add(std::string_view key, std::vector<std::string> values) {
 }
 
 SetCall SetCall::acquire(const std::string& ns, const StoreKeys& store,
-                         std::span<const backend::AcquireRequest> requests, bool fair) {
+                         std::span<const backend::AcquireRequest> requests, bool fair, bool readers_claims) {
   SetCall call(ns, store, false);
-  call.args_ = {fair ? "1" : "0", call.own(std::to_string(backend::kWriterClaim.count()))};
+  call.args_ = {fair ? "1" : "0", call.own(std::to_string(backend::kWriterClaim.count())), readers_claims ? "1" : "0"};
   for (const auto& r : requests) {
     call.add(r.key, {std::string(r.owner), std::to_string(r.ttl.count()), r.mode == LockMode::shared ? "1" : "0",
                      std::to_string(r.permits)});

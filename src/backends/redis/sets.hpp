@@ -24,9 +24,9 @@ namespace dlock::backends::redis {
 class SetCall {
  public:
   // acquire_set.lua's, for requests of one try-once attempt (AcquireRequest::waiting is not
-  // sent: a set never places the writer's claim).
+  // sent: a set never places a claim). `readers_claims` as for AcquireArgs.
   static SetCall acquire(const std::string& ns, const StoreKeys& store, std::span<const backend::AcquireRequest> requests,
-                         bool fair);
+                         bool fair, bool readers_claims);
   // release_set.lua's; with `alive_ms`, redlock's (each lock's sleepers and bell too).
   static SetCall release(const std::string& ns, const StoreKeys& store, std::span<const backend::LeaseRef> leases,
                          std::optional<std::string_view> alive_ms = std::nullopt);

@@ -26,10 +26,11 @@ inline const std::vector<std::string_view> kSources = {
     redis::lua::kListLua,    redis::lua::kCollectLua,    redis::lua::kAddActivityLua, lua::kSleepLua,
     lua::kLeaveLua};
 
-// The keys of one lock, with the waiters' sleepers and bell (lua/bells.lua).
+// The keys of one lock, with the waiters' sleepers and bell (lua/bells.lua) and the readers'
+// claim (redis://'s lua/holders.lua).
 struct Keys {
   Keys(const std::string& ns, std::string_view key, const redis::StoreKeys& store)
-      : lock(ns, key, store.held, store.known), sleepers(lock.sleepers()), bell(lock.bell()) {}
+      : lock(ns, key, store.held, store.known), sleepers(lock.sleepers()), bell(lock.bell()), readers(lock.readers()) {}
   std::vector<std::string_view> with_bell() const {
     auto keys = lock.all();
     keys.push_back(sleepers);
@@ -37,7 +38,7 @@ struct Keys {
     return keys;
   }
   redis::LockKeys lock;
-  std::string sleepers, bell;
+  std::string sleepers, bell, readers;
 };
 
 }  // namespace dlock::backends::redlock

@@ -164,6 +164,8 @@ class RedlockBackend final : public backend::Backend {
   std::optional<backend::Acquired> settle(const backend::AcquireRequest& request, const Keys& keys,
                                           std::vector<Grant>& grants, Clock::time_point sent);
   void undo(const backend::AcquireRequest& request, const Keys& keys, const std::vector<Grant>& grants);
+  void end_readers_claims(const std::vector<std::string>& claims, const std::vector<Grant>& grants,
+                          const std::vector<Answer>& answers);
   void undo_set(std::span<const backend::AcquireRequest> requests, const std::vector<std::vector<Grant>>& grants);
   // What a release round answered for one lease: its holds left, or nothing when it was no
   // longer ours. `element`: the lease's place in a set's answers (none: the answer is the lease's).
@@ -194,7 +196,7 @@ RedlockBackend::RedlockBackend(Settings settings)
 
 backend::AcquireResult RedlockBackend::acquire(const backend::AcquireRequest& request) {
   const Keys keys = this->keys(request.key);
-  const redis::AcquireArgs args(request, false, "", no_waiter_);
+  const redis::AcquireArgs args(request, false, "", no_waiter_, /*readers_claims=*/true);
   const std::size_t need = needed(request.permits);
   const auto sent = Clock::now();
   const auto answers = round({kAcquire, keys.lock.all(), everyone(args.get())},
@@ -204,7 +206,10 @@ backend::AcquireResult RedlockBackend::acquire(const backend::AcquireRequest& re
   std::vector<Grant> grants;
   for (const auto& [server, acquired] : vote.grants) grants.push_back({server, acquired.token, acquired.hold_count});
   if (!vote.mismatch && grants.size() >= need) {
-    if (auto acquired = settle(request, keys, grants, sent)) return *acquired;
+    if (auto acquired = settle(request, keys, grants, sent)) {
+      end_readers_claims({keys.readers}, grants, answers);
+      return *acquired;
+    }
   }
   undo(request, keys, grants);
   if (vote.mismatch) std::rethrow_exception(vote.mismatch);
@@ -276,6 +281,25 @@ void RedlockBackend::undo(const backend::AcquireRequest& request, const Keys& ke
   round(release, settings_.command_timeout);
 }
 
+// Each server keeps the readers' claim, which the key's next grant ends: an acquisition that
+// holds ends the `claims` of its keys on the servers that answered without granting it too. A
+// claim there was placed before this grant (or on a writer that cannot hold a majority beside
+// it), and would keep refusing writers on that server, which then keep their own claim standing
+// there and ring no waiter sleeping there. Costs a round only when the servers disagreed.
+void RedlockBackend::end_readers_claims(const std::vector<std::string>& claims, const std::vector<Grant>& grants,
+                                        const std::vector<Answer>& answers) {
+  if (grants.size() == answered(answers)) return;
+  Args del{"DEL"};
+  del.insert(del.end(), claims.begin(), claims.end());
+  Request end{std::nullopt, {}, no_one()};
+  for (std::size_t i = 0; i < answers.size(); ++i) {
+    if (answers[i].ok()) end.args[i] = del;
+  }
+  for (const auto& g : grants) end.args[g.server].reset();
+  // A claim this cannot reach runs out.
+  round(end, settings_.command_timeout);
+}
+
 bool RedlockBackend::renew(const backend::LeaseRef& lease, milliseconds ttl) {
   const Keys keys = this->keys(lease.key);
   const std::string token = std::to_string(lease.token);
@@ -336,7 +360,7 @@ std::optional<backend::AcquireSetResult> RedlockBackend::acquire_set(std::span<c
     ttl = std::min(ttl, r.ttl);
     need = std::max(need, needed(r.permits));
   }
-  const auto call = redis::SetCall::acquire(settings_.ns, store_, requests, false);
+  const auto call = redis::SetCall::acquire(settings_.ns, store_, requests, false, /*readers_claims=*/true);
   const auto sent = Clock::now();
   const auto answers =
       round({kAcquireSet, call.keys(), everyone(call.args())}, std::min(settings_.command_timeout, validity(ttl)));
@@ -358,7 +382,13 @@ std::optional<backend::AcquireSetResult> RedlockBackend::acquire_set(std::span<c
       }
       decided.push_back(*acquired);
     }
-    if (index == requests.size() && Clock::now() - sent < validity(ttl)) return decided;
+    if (index == requests.size() && Clock::now() - sent < validity(ttl)) {
+      // Each server granted all of the set or none of it.
+      std::vector<std::string> claims;
+      for (const auto& r : requests) claims.push_back(keys(r.key).readers);
+      end_readers_claims(claims, grants.front(), answers);
+      return decided;
+    }
   }
   undo_set(requests, grants);
   if (vote.mismatch) std::rethrow_exception(vote.mismatch);

@@ -2,7 +2,8 @@
 // the public API: a minority of servers killed (locks keep working, the holder keeps its
 // lease), a majority killed (a clean, prompt failure, and recovery once they return), a hung
 // server (one timeout, then left out), fencing tokens when the servers' counters differ, the
-// servers a semaphore needs, a set of keys granted by a minority, and credentials. The conformance suite runs on redlock:// too
+// servers a semaphore needs, a set of keys granted by a minority, the readers' claim on every
+// server, and credentials. The conformance suite runs on redlock:// too
 // (DLOCK_TEST_URLS).
 //
 // Every case skips without DLOCK_REDIS_URL (scripts/test.sh sets it when it runs Redis).
@@ -14,6 +15,8 @@
 #include <memory>
 #include <string>
 #include <thread>
+#include <variant>
+#include <vector>
 
 #include "backends/redis/connection.hpp"
 #include "backends/registry.hpp"
@@ -324,6 +327,78 @@ TEST_F(Redlock, ASemaphoreOfTwoTakesEveryServerOfThree) {
   } catch (const ConnectionError& e) {
     EXPECT_NE(std::string(e.what()).find("2 of 3 servers answered, and it takes 3"), std::string::npos) << e.what();
   }
+}
+
+// The readers' claim (backend.hpp, "Nor are readers"), kept on each server: a waiting reader
+// that a writer refused places it on every server, on the writer's token; a new writer, alone
+// or in a set, is then refused on the free key, a reader that waited behind the writer passes
+// the waiting writer's claim, and its grant ends the readers' claim everywhere.
+TEST_F(Redlock, AWaitingReaderClaimsTheKeyFromWritersOnEveryServerUntilTheNextGrant) {
+  start(3);
+  if (IsSkipped()) return;
+  auto backend = backends::open_backend(core::Url::parse(url_));
+  const std::string k = key();
+  const std::string claim = "dlock:{" + k + "}:rc";
+  const auto writer = std::get<backend::Acquired>(backend->acquire({k, "w", 10s}));
+  const backend::AcquireRequest reader{k, "r", 10s, LockMode::shared, 0, /*waiting=*/true};
+  ASSERT_TRUE(std::holds_alternative<backend::Busy>(backend->acquire({k, "r", 10s, LockMode::shared})));
+  for (int i = 0; i < 3; ++i) EXPECT_EQ(raw(servers_->url(i), {"EXISTS", claim}), "0") << "a try-once reader claimed";
+  const auto refused = backend->acquire(reader);
+  ASSERT_TRUE(std::holds_alternative<backend::Busy>(refused));
+  EXPECT_EQ(backend::waited_behind(LockMode::shared, refused), writer.token);
+  EXPECT_LE(std::get<backend::Busy>(refused).retry_within, backend::kWriterClaim / 2);
+  for (int i = 0; i < 3; ++i) EXPECT_EQ(raw(servers_->url(i), {"GET", claim}), std::to_string(writer.token)) << i;
+  ASSERT_EQ(backend->release({k, "w", writer.token}), 0u);
+
+  const auto expect_claimed = [](const backend::AcquireResult& result) {
+    const auto* busy = std::get_if<backend::Busy>(&result);
+    ASSERT_TRUE(busy) << "a writer took a key that readers claimed";
+    EXPECT_TRUE(busy->holders.empty());
+    EXPECT_GT(busy->retry_within, 0ms);
+    EXPECT_LE(busy->retry_within, backend::kWriterClaim);
+  };
+  expect_claimed(backend->acquire({k, "w", 10s}));
+  const std::string other = key("a");
+  const std::vector<backend::AcquireRequest> set{{other, "w", 10s}, {k, "w", 10s}};
+  const auto set_result = backend->acquire_set(set);
+  ASSERT_TRUE(set_result && std::holds_alternative<backend::SetBusy>(*set_result)) << "a set took a claimed key";
+  EXPECT_EQ(std::get<backend::SetBusy>(*set_result).index, 1u);
+  // A waiting writer so refused places its own claim, which the reader behind the writer passes.
+  expect_claimed(backend->acquire({k, "w", 10s, LockMode::exclusive, 0, /*waiting=*/true}));
+  EXPECT_TRUE(std::holds_alternative<backend::Busy>(backend->acquire({k, "late", 10s, LockMode::shared, 0, true})))
+      << "a reader that did not wait behind the writer passed its claim";
+  auto behind = reader;
+  behind.waited_behind = writer.token;
+  const auto granted = backend->acquire(behind);
+  ASSERT_TRUE(std::holds_alternative<backend::Acquired>(granted));
+  for (int i = 0; i < 3; ++i) EXPECT_EQ(raw(servers_->url(i), {"EXISTS", claim}), "0") << "server " << i;
+  ASSERT_EQ(backend->release({k, "r", std::get<backend::Acquired>(granted).token}), 0u);
+  EXPECT_TRUE(std::holds_alternative<backend::Acquired>(backend->acquire({k, "w", 10s})));
+}
+
+// A readers' claim left on a minority of servers (placed on a writer's partial grant there, or
+// not reached by the readers' grant) ends with the key's next acquisition: it would refuse
+// writers on that server while they hold the key elsewhere.
+TEST_F(Redlock, AnAcquisitionEndsAReadersClaimOnTheServersThatRefusedIt) {
+  start(3);
+  if (IsSkipped()) return;
+  auto backend = backends::open_backend(core::Url::parse(url_));
+  const std::string k = key();
+  const std::string claim = "dlock:{" + k + "}:rc";
+  raw(servers_->url(0), {"SET", claim, "1", "PX", "30000"});
+  const auto writer = backend->acquire({k, "w", 10s});
+  ASSERT_TRUE(std::holds_alternative<backend::Acquired>(writer)) << "a claim on one server of three kept a writer out";
+  EXPECT_EQ(raw(servers_->url(0), {"EXISTS", claim}), "0");
+  EXPECT_EQ(raw(servers_->url(0), {"EXISTS", "dlock:{" + k + "}"}), "0") << "server 0 granted a claimed key";
+
+  // A set, in one round for all its keys.
+  const std::string a = key("a"), b = key("b");
+  const auto claim_of = [](const std::string& name) { return "dlock:{" + name + "}:rc"; };
+  for (const auto& name : {a, b}) raw(servers_->url(0), {"SET", claim_of(name), "1", "PX", "30000"});
+  const std::vector<backend::AcquireRequest> set{{a, "w", 10s}, {b, "w", 10s}};
+  const auto taken = backend->acquire_set(set);
+  ASSERT_TRUE(taken && std::holds_alternative<std::vector<backend::Acquired>>(*taken));
+  EXPECT_EQ(raw(servers_->url(0), {"EXISTS", claim_of(a), claim_of(b)}), "0");
 }
 
 TEST_F(Redlock, WrongPasswordIsAClearErrorWithoutThePassword) {

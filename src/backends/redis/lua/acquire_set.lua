@@ -1,15 +1,17 @@
 -- Several keys in one step, all or none (Backend::acquire_set): a try-once attempt at each, by
 -- acquire.lua's rules, every key looked at before any is taken. KEYS: the indexes, then
 -- dlock:{K}, :seq, :q, :qi of each lock (common.lua's set_lock); ARGV: fair (1 or 0), claim_ms,
--- then per lock: key, owner, ttl_ms, shared (1 or 0), permits. Returns {1, answer...}, one
+-- readers (1 or 0: keep the readers' claim, holders.lua), then per lock: key, owner, ttl_ms,
+-- shared (1 or 0), permits. Returns {1, answer...}, one
 -- acquire.lua answer {1, token, holds} per lock, or {0, index, answer} with the first refused
 -- lock's index (from 0) and its acquire.lua answer; then nothing was taken (a fair look may
 -- have served a queue, as any attempt there would).
 local fair, claim_ms = ARGV[1] == '1', ARGV[2]
+readers_claims = ARGV[3] == '1'
 local n = set_count(4)
 local locks, exclusive = {}, true
 for i = 1, n do
-  local L, _, a = set_lock(i, 4, 3, 5)
+  local L, _, a = set_lock(i, 4, 4, 5)
   locks[i] = {L = L, owner = ARGV[a + 1], ttl = ARGV[a + 2], shared = ARGV[a + 3] == '1', permits = tonumber(ARGV[a + 4])}
   exclusive = exclusive and not locks[i].shared
 end
@@ -22,6 +24,7 @@ if exclusive then
   for _, r in ipairs(locks) do
     names[#names + 1], names[#names + 2] = r.L.lock, r.L.shared
     if fair then names[#names + 1] = r.L.queue end
+    if readers_claims then names[#names + 1] = r.L.readers end
   end
   if redis.call('EXISTS', unpack(names)) == 0 then
     local out, claims, held, at = {1}, {}, {}, num(now_ms())

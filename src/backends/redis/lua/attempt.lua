@@ -5,8 +5,8 @@
 -- when it may (`mine`: the owner's hold it re-enters, if any), else why not (refusal's reasons,
 -- or 'queued': fair mode's waiter that must wait stands before it). Also the live holders, x
 -- and s. Fair mode serves the queue first, up to `id`'s entry ('' for the whole queue), so no
--- one overtakes a waiter that must wait.
-local function look(L, owner, shared, permits, fair, id)
+-- one overtakes a waiter that must wait. `behind`: a reader that waited behind a writer.
+local function look(L, owner, shared, permits, fair, id, behind)
   local x, s = holders_of(L)
   -- A re-entry: the owner's live, unevicted hold, in either mode, except a reader asking to write.
   for _, h in ipairs(x and {x} or s) do
@@ -14,7 +14,7 @@ local function look(L, owner, shared, permits, fair, id)
   end
   local queued_ahead = fair and not serve(L, id)
   if fair then x, s = holders_of(L) end
-  local why = refusal(L, x, s, shared, permits)
+  local why = refusal(L, x, s, shared, permits, behind)
   if not why and queued_ahead then why = 'queued' end
   return why, x, s
 end

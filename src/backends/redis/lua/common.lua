@@ -20,6 +20,9 @@
 --                         permits owner"; its PX covers the latest expires_ms
 --   dlock:{K}:wc          the writer's claim (backend.hpp): refuses new shared holders while it
 --                         lives (PX kWriterClaim)
+--   dlock:{K}:rc          the readers' claim (backend.hpp; redlock:// only), the token of the
+--                         writer it was placed on: refuses new writers while it lives (PX
+--                         kWriterClaim) and no grant has followed
 
 local function num(x)
   return string.format('%.0f', x)
@@ -38,7 +41,7 @@ local function now_ms()
 end
 
 local function named(lock)
-  return {lock = lock, shared = lock .. ':sh', claim = lock .. ':wc'}
+  return {lock = lock, shared = lock .. ':sh', claim = lock .. ':wc', readers = lock .. ':rc'}
 end
 
 -- Every key of the lock at `lock`, and the store's indexes.

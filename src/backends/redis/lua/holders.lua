@@ -2,6 +2,11 @@
 -- shared ones in dlock:{K}:sh, never both live. A holder is a table: owner, token (text), holds
 -- (0: evicted), at (acquired_ms, text), shared, and for a shared one expires (ms) and permits.
 
+-- Whether this call keeps the readers' claim (dlock:{K}:rc), as redlock:// asks: a reader that
+-- waits behind a writer cannot be starved by it taking the key back at once. redis:// needs
+-- none: a release hands the key to the readers queued behind the writer (queue.lua).
+local readers_claims = false
+
 local function parse_shared(token, value)
   local expires, holds, at, permits, owner = string.match(value, '^(%d+) (%d+) (%d+) (%d+) (%S+)$')
   return {owner = owner, token = token, holds = tonumber(holds), at = at, shared = true,
@@ -88,12 +93,14 @@ local function remove(L, h)
   if redis.call('EXISTS', L.lock, L.shared) == 0 then redis.call('ZREM', L.held, L.key) end
 end
 
--- A new acquisition of (owner, ttl) in its mode; a writer's grant ends the writer's claim.
+-- A new acquisition of (owner, ttl) in its mode; a writer's grant ends the writer's claim, a
+-- reader's the readers' claim (no writer's grant comes while it stands).
 local function grant(L, owner, ttl, shared, permits)
   local token = num(next_token(L))
   if shared then
     write_shared(L, {owner = owner, token = token, holds = 1, at = num(now_ms()), shared = true,
                      expires = now_ms() + tonumber(ttl), permits = permits})
+    if readers_claims then redis.call('DEL', L.readers) end
   else
     redis.call('SET', L.lock, lock_value(token, 1, num(now_ms()), owner), 'PX', ttl)
     redis.call('DEL', L.claim)
@@ -103,13 +110,18 @@ local function grant(L, owner, ttl, shared, permits)
 end
 
 -- Why a new acquisition in this mode is refused now, or nil: 'held' (an exclusive holder, or
--- any holder for a writer), 'mismatch' (the shared holders' permits differ), 'claim' (a
--- waiting writer's claim) or 'full' (as many shared holders as permits).
-local function refusal(L, x, s, shared, permits)
+-- any holder for a writer), 'readers' (a writer, by the readers' claim), 'mismatch' (the shared
+-- holders' permits differ), 'claim' (a waiting writer's claim, which a reader `behind` the
+-- writer that readers wait for passes) or 'full' (as many shared holders as permits).
+local function refusal(L, x, s, shared, permits, behind)
   if x then return 'held' end
-  if not shared then return #s > 0 and 'held' or nil end
+  if not shared then
+    if #s > 0 then return 'held' end
+    if readers_claims and redis.call('EXISTS', L.readers) == 1 then return 'readers' end
+    return nil
+  end
   if #s > 0 and s[1].permits ~= permits then return 'mismatch' end
-  if redis.call('PTTL', L.claim) > 0 then return 'claim' end
+  if not behind and redis.call('PTTL', L.claim) > 0 then return 'claim' end
   if permits > 0 and #s >= permits then return 'full' end
   return nil
 end

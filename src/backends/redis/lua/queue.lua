@@ -132,14 +132,22 @@ local function evict(L, delayed, channel, token)
 end
 
 -- How soon a refused request should look again: when the first holder's lease ends, or the
--- claim that refused it does. A waiting writer places (or renews) the writer's claim and looks
--- again within half of it.
+-- claim that refused it does. A waiting writer places (or renews) the writer's claim, and a
+-- waiting reader that a writer refused the readers' claim on its token, where kept; either
+-- looks again within half of it.
 local function retry_ms(L, x, s, why, shared, waiting, claim_ms)
   local retry = math.huge
   for _, h in ipairs(x and {x} or s) do retry = math.min(retry, pttl(L, h)) end
   if why == 'claim' then retry = math.min(retry, redis.call('PTTL', L.claim)) end
+  if why == 'readers' then retry = math.min(retry, redis.call('PTTL', L.readers)) end
+  local claim
   if waiting and not shared then
-    redis.call('SET', L.claim, '1', 'PX', claim_ms)
+    claim = {L.claim, '1'}
+  elseif waiting and x and readers_claims then
+    claim = {L.readers, x.token}
+  end
+  if claim then
+    redis.call('SET', claim[1], claim[2], 'PX', claim_ms)
     retry = math.min(retry, math.floor(tonumber(claim_ms) / 2))
   end
   if retry == math.huge then retry = tonumber(claim_ms) end  -- unreachable: a refusal has a holder or a claim
