@@ -95,6 +95,6 @@ local function set_lock(i, stride, from, per)
   -- keys_of()'s, in one constructor and without making the names KEYS already holds (a set's
   -- cost is per key).
   local lock = KEYS[k]
-  return {lock = lock, shared = lock .. ':sh', claim = lock .. ':wc', seq = KEYS[k + 1], queue = KEYS[k + 2],
-          waiters = KEYS[k + 3], held = KEYS[1], known = KEYS[2], key = ARGV[a]}, k, a
+  return {lock = lock, shared = lock .. ':sh', claim = lock .. ':wc', readers = lock .. ':rc', seq = KEYS[k + 1],
+          queue = KEYS[k + 2], waiters = KEYS[k + 3], held = KEYS[1], known = KEYS[2], key = ARGV[a]}, k, a
 end
