@@ -61,7 +61,6 @@ if(DLOCK_WITH_MYSQL)
     src/backends/mysql/connection.cpp
     src/backends/mysql/doorbell.cpp
     src/backends/mysql/lease_mode.cpp
-    src/backends/mysql/lease_sets.cpp
     src/backends/mysql/lease_shared.cpp
     src/backends/mysql/mysql_backend.cpp
     src/backends/mysql/pool.cpp

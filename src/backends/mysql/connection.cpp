@@ -128,7 +128,7 @@ MYSQL_STMT* Connection::prepared(const std::string& sql) {
   return statement;
 }
 
-void Connection::bind_and_execute(MYSQL_STMT* statement, std::span<const Param> params) {
+void Connection::bind_and_execute(MYSQL_STMT* statement, std::initializer_list<Param> params) {
   std::vector<MYSQL_BIND> binds(params.size());
   std::vector<unsigned long> lengths(params.size());
   std::size_t i = 0;
@@ -152,13 +152,13 @@ void Connection::bind_and_execute(MYSQL_STMT* statement, std::span<const Param> 
   if (mysql_stmt_execute(statement) != 0) fail_statement(statement, true);
 }
 
-Outcome Connection::execute(const std::string& sql, std::span<const Param> params) {
+Outcome Connection::execute(const std::string& sql, std::initializer_list<Param> params) {
   MYSQL_STMT* statement = prepared(sql);
   bind_and_execute(statement, params);
   return Outcome{mysql_stmt_affected_rows(statement), mysql_stmt_insert_id(statement)};
 }
 
-std::vector<Row> Connection::query(const std::string& sql, std::span<const Param> params) {
+std::vector<Row> Connection::query(const std::string& sql, std::initializer_list<Param> params) {
   MYSQL_STMT* statement = prepared(sql);
   bind_and_execute(statement, params);
   const unsigned columns = mysql_stmt_field_count(statement);

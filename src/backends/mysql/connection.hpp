@@ -9,7 +9,6 @@
 #include <cstdint>
 #include <memory>
 #include <optional>
-#include <span>
 #include <string>
 #include <string_view>
 #include <unordered_map>
@@ -78,15 +77,9 @@ class Connection {
   Connection& operator=(const Connection&) = delete;
 
   // Runs a prepared statement (prepared once per connection, by its text). Throws SqlError.
-  Outcome execute(const std::string& sql, std::initializer_list<Param> params) {
-    return execute(sql, std::span<const Param>(params.begin(), params.size()));
-  }
-  Outcome execute(const std::string& sql, std::span<const Param> params);
+  Outcome execute(const std::string& sql, std::initializer_list<Param> params);
   // Runs a prepared SELECT and returns its rows.
-  std::vector<Row> query(const std::string& sql, std::initializer_list<Param> params) {
-    return query(sql, std::span<const Param>(params.begin(), params.size()));
-  }
-  std::vector<Row> query(const std::string& sql, std::span<const Param> params);
+  std::vector<Row> query(const std::string& sql, std::initializer_list<Param> params);
   // A plain statement without parameters (DDL, SET).
   void run(const std::string& sql);
 
@@ -104,7 +97,7 @@ class Connection {
 
  private:
   MYSQL_STMT* prepared(const std::string& sql);
-  void bind_and_execute(MYSQL_STMT* statement, std::span<const Param> params);
+  void bind_and_execute(MYSQL_STMT* statement, std::initializer_list<Param> params);
   [[noreturn]] void fail_statement(MYSQL_STMT* statement, bool sent);
   [[noreturn]] void fail_connection(bool sent);
   [[noreturn]] void fail(unsigned code, const char* message, bool sent);

@@ -3,10 +3,7 @@
 
 #include <mysqld_error.h>
 
-#include <algorithm>
-
 #include "backends/mysql/common.hpp"
-#include "backends/mysql/lease_sets.hpp"
 #include "backends/mysql/lease_shared.hpp"
 #include "dlock/errors.hpp"
 
@@ -43,8 +40,8 @@ struct LeaseSql {
     const std::string t = "`" + table + "`";
     const std::string seq = "`" + table + "_seq`";
     const std::string live = "owner <> '' AND expires_at > UTC_TIMESTAMP(6)";
-    info = "owner, token, hold_count, TIMESTAMPDIFF(MICROSECOND, UTC_TIMESTAMP(6), expires_at),"
-           " TIMESTAMPDIFF(MICROSECOND, acquired_at, UTC_TIMESTAMP(6))";
+    const std::string info = "owner, token, hold_count, TIMESTAMPDIFF(MICROSECOND, UTC_TIMESTAMP(6), expires_at),"
+                             " TIMESTAMPDIFF(MICROSECOND, acquired_at, UTC_TIMESTAMP(6))";
     // Parameters: key, owner, ttl, bell, bell, and 7 times the sessions of the waiting call
     // making the attempt ('' for none).
     acquire = acquire_sql(t, seq);
@@ -61,8 +58,10 @@ struct LeaseSql {
            " OR (owner <> '' AND expires_at <= UTC_TIMESTAMP(6)))";
     // The common release in one plain statement: the last hold, with no heir. Anything else
     // is left to `release`. Parameters: bell, bell, key, owner, token.
-    free = "UPDATE " + t + " SET " + free_columns("IF(IS_USED_LOCK(?) <=> CONNECTION_ID(), 2 + 0 * RELEASE_LOCK(?), 0)") +
-           " WHERE name = ? AND owner = ? AND token = ? AND " + kLastHold;
+    free = "UPDATE " + t + " SET owner = '', expires_at = UTC_TIMESTAMP(6), hold_count = 0, session_id = 0, heir_session = 0,"
+           " doorbell = IF(IS_USED_LOCK(?) <=> CONNECTION_ID(), 2 + 0 * RELEASE_LOCK(?), 0)"
+           " WHERE name = ? AND owner = ? AND token = ? AND hold_count = 1 AND heir_owner = ''"
+           " AND expires_at > UTC_TIMESTAMP(6)";
     // The heir writes itself in. Never as heir of its own owner, which would hand the key
     // back to its releaser. Parameters: owner, ttl, key, owner, slot.
     become_heir = "UPDATE " + t + " SET heir_owner = ?, heir_ttl_us = ?, heir_session = CONNECTION_ID()"
@@ -152,16 +151,6 @@ struct LeaseSql {
   // the call took on a new session). After the hold count, more than one hold means a
   // re-entry, whose lease never shortens; an evicted owner's row (no holds) is not its own.
   static std::string acquire_sql(const std::string& t, const std::string& seq) {
-    return "INSERT INTO " + t + " (name, owner, token, hold_count, acquired_at, expires_at, doorbell, session_id)"
-           " SELECT ?, ?, LAST_INSERT_ID(v + 1), 1, UTC_TIMESTAMP(6), UTC_TIMESTAMP(6) + INTERVAL ? MICROSECOND,"
-           " IF(IS_USED_LOCK(?) <=> CONNECTION_ID(), 1, COALESCE(GET_LOCK(?, 0), 0)), CONNECTION_ID()"
-           " FROM " + seq + " WHERE id = 0 LOCK IN SHARE MODE " + take_rules(false);
-  }
-
-  // acquire's ON DUPLICATE KEY UPDATE clause. Parameters: 7 times the sessions. A set's
-  // (lease_sets.cpp) is `all_or_nothing`: a row the rules refuse fails the statement, which
-  // the server then undoes whole (2 more sessions first).
-  static std::string take_rules(bool all_or_nothing) {
     const std::string released =
         "(owner = '' AND (doorbell <> 2 OR VALUES(doorbell) = 1 OR expires_at <= UTC_TIMESTAMP(6) - INTERVAL 1 SECOND))";
     const std::string expired = "(owner <> '' AND expires_at <= UTC_TIMESTAMP(6))";
@@ -172,9 +161,11 @@ struct LeaseSql {
     const std::string heir_takes = "(" + take + " AND FIND_IN_SET(heir_session, ?))";
     // Once the owner is written: the row is this attempt's (taken, claimed or re-entered).
     const std::string ours = "(owner = VALUES(owner) AND hold_count > 0 AND (? = '' OR FIND_IN_SET(session_id, ?)))";
-    const std::string guard = !all_or_nothing ? "" : " hold_count = IF(" + take + " OR " + claimed + " OR " + reenters +
-                                                         ", hold_count, " + kFail + "),";
-    return "ON DUPLICATE KEY UPDATE" + guard +
+    return "INSERT INTO " + t + " (name, owner, token, hold_count, acquired_at, expires_at, doorbell, session_id)"
+           " SELECT ?, ?, LAST_INSERT_ID(v + 1), 1, UTC_TIMESTAMP(6), UTC_TIMESTAMP(6) + INTERVAL ? MICROSECOND,"
+           " IF(IS_USED_LOCK(?) <=> CONNECTION_ID(), 1, COALESCE(GET_LOCK(?, 0), 0)), CONNECTION_ID()"
+           " FROM " + seq + " WHERE id = 0 LOCK IN SHARE MODE"
+           " ON DUPLICATE KEY UPDATE"
            " token = IF(" + take + ", LAST_INSERT_ID(token + 1), IF(" + claimed + ", LAST_INSERT_ID(token),"
            " IF(" + reenters + ", token + 0 * LAST_INSERT_ID(0), token))),"
            " hold_count = IF(" + take + ", 1, IF(" + reenters + ", hold_count + 1, hold_count)),"
@@ -188,14 +179,6 @@ struct LeaseSql {
            " IF(hold_count > 1, GREATEST(expires_at, VALUES(expires_at)), VALUES(expires_at)), expires_at)";
   }
 
-  // The plain release's SET list (a set's too, lease_sets.cpp), given the new `doorbell`.
-  static std::string free_columns(const std::string& doorbell) {
-    return "owner = '', expires_at = UTC_TIMESTAMP(6), hold_count = 0, session_id = 0, heir_session = 0, doorbell = " +
-           doorbell;
-  }
-
-  // (owner, token, holds, microseconds left, held for) of a key's row.
-  std::string info;
   std::string acquire, take, free, become_heir, heir_wait, quit_heir, handed, drop_slot, conflict, reentered, renew, release, drop_bell,
       inspect, force_release, evict, lock_floor, idle_cutoff, raise_floor, delete_idle;
 };
@@ -278,10 +261,7 @@ class HeirTakeover final : public Takeover {
 class LeaseBackend final : public ModeBackend {
  public:
   explicit LeaseBackend(Settings settings)
-      : ModeBackend(std::move(settings)),
-        sql_(settings_.table),
-        shared_(*this, settings_.table),
-        sets_(*this, {settings_.table, LeaseSql::take_rules(true), sql_.info, &LeaseSql::free_columns}) {
+      : ModeBackend(std::move(settings)), sql_(settings_.table), shared_(*this, settings_.table) {
     auto connection = take();
     ensure_lock_table(*connection);
   }
@@ -352,74 +332,6 @@ class LeaseBackend final : public ModeBackend {
     // connection's doorbell is a newer acquisition's).
     if (on_holder) with_retries(lease.key, [&] { return connection->query(sql_.drop_bell, {bell, bell}); });
     return std::nullopt;
-  }
-
-  // A shared request, or a key this client holds for the owner (a re-entry belongs on the
-  // connection that keeps its doorbell), goes alone.
-  std::optional<backend::AcquireSetResult> acquire_set(std::span<const backend::AcquireRequest> requests) override {
-    for (const auto& r : requests) {
-      if (r.mode != LockMode::exclusive || r.owner != requests.front().owner || remembered(r.key, r.owner)) {
-        return std::nullopt;
-      }
-    }
-    std::optional<Pool::Lease> held(take());
-    Connection& connection = **held;
-    if (!sets_.take(connection, requests)) {
-      auto holders = sets_.rows(connection, requests);
-      std::vector<bool> kept;
-      for (const auto& r : requests) kept.push_back(keeps_doorbell(r.key, connection));
-      sets_.give_back(connection, requests, kept);
-      return set_refused(connection, requests, std::move(holders));
-    }
-    // The rows say each key's token; a key force-released since is given back with the rest.
-    auto rows = sets_.rows(connection, requests);
-    std::vector<backend::Acquired> taken;
-    std::vector<backend::LeaseRef> ours;
-    for (std::size_t i = 0; i < requests.size(); ++i) {
-      if (rows[i].owner != requests[i].owner || rows[i].hold_count == 0) continue;
-      remember(requests[i].key, requests[i].owner, connection.serial(), rows[i].token);
-      taken.push_back(backend::Acquired{rows[i].token, rows[i].hold_count});
-      ours.push_back({requests[i].key, requests[i].owner, rows[i].token});
-    }
-    if (taken.size() == requests.size()) return taken;
-    auto answer = set_refused(connection, requests, std::move(rows));
-    held.reset();  // release() takes it again
-    for (const auto& lease : ours) release(lease);
-    return answer;
-  }
-
-  // The leases whose doorbells the first one's connection keeps, in one statement; the rest,
-  // and all of them when one is not a plain last hold, as release() takes them.
-  std::optional<std::vector<std::optional<std::uint32_t>>> release_set(
-      std::span<const backend::LeaseRef> leases) override {
-    const auto& first = leases.front();
-    const auto serial = remembered(first.key, first.owner, first.token);
-    if (!serial) return std::nullopt;
-    std::vector<backend::LeaseRef> together;
-    std::vector<std::size_t> at;
-    for (std::size_t i = 0; i < leases.size(); ++i) {
-      if (remembered(leases[i].key, leases[i].owner, leases[i].token) != serial) continue;
-      together.push_back(leases[i]);
-      at.push_back(i);
-    }
-    std::vector<std::optional<std::uint32_t>> left(leases.size());
-    std::vector<bool> answered(leases.size());
-    {
-      auto connection = take_for(first.key, first.owner, first.token);
-      if (connection->serial() != *serial) return std::nullopt;  // its session ended
-      if (const auto freed = sets_.free(*connection, together)) {
-        sets_.ring(*connection, together);
-        for (std::size_t j = 0; j < together.size(); ++j) {
-          forget(together[j].key, together[j].owner, together[j].token);
-          answered[at[j]] = true;
-          if ((*freed)[j]) left[at[j]] = 0u;
-        }
-      }
-    }
-    for (std::size_t i = 0; i < leases.size(); ++i) {
-      if (!answered[i]) left[i] = release(leases[i]);
-    }
-    return left;
   }
 
   std::vector<LockInfo> inspect(std::string_view key) override {
@@ -516,23 +428,6 @@ class LeaseBackend final : public ModeBackend {
     return backend::Busy{{std::move(holder)}, left};
   }
 
-  // A set refused: its first key that a holder refused (as one key's attempt answers), or
-  // else its first key between holders.
-  backend::SetBusy set_refused(Connection& connection, std::span<const backend::AcquireRequest> requests,
-                               std::vector<LockInfo> holders) {
-    for (std::size_t i = 0; i < requests.size(); ++i) {
-      LockInfo& holder = holders[i];
-      const bool mine = holder.owner == requests[i].owner && holder.hold_count > 0;
-      if (!holder.owner.empty() && holder.ttl_left.count() > 0 && !mine) {
-        return backend::SetBusy{i, refused(connection, requests[i], std::move(holder))};
-      }
-    }
-    // Free, but a woken waiter holds the doorbell and is taking it over right now.
-    const auto free = std::find_if(holders.begin(), holders.end(), [](const LockInfo& h) { return h.owner.empty(); });
-    const auto index = free == holders.end() ? 0 : static_cast<std::size_t>(free - holders.begin());
-    return backend::SetBusy{index, backend::Busy{{}, kHandoffRecheck}};
-  }
-
   // The acquisition an acquire statement made, if any, read from its affected rows.
   std::optional<backend::Acquired> settle(const Outcome& outcome, Connection& connection, std::string_view key,
                                           std::string_view owner) {
@@ -551,7 +446,6 @@ class LeaseBackend final : public ModeBackend {
 
   LeaseSql sql_;
   LeaseShared shared_;
-  LeaseSets sets_;
 };
 
 }  // namespace
