@@ -57,7 +57,8 @@
 // so writers and batches of readers take turns. A writer's grant that ends its claim wakes every
 // waiter of the key, so the readers the claim held back find the writer and queue behind it.
 // A queue store needs no claim: a shared entry holds only when no exclusive entry is ahead of
-// it (and fewer than its permits are), so a writer keeps its place in line.
+// it (and fewer than its permits are), so a writer keeps its place in line. (redis:// without
+// fair=true keeps no claim yet, a known gap: docs/design.md.)
 // A release, expiry or force-release that ends a hold rings a waiter, as for the mutex.
 // Fencing is per key, whatever the mode: every new acquisition's token is above every token the
 // key had before, so a writer's token is above every earlier reader's and writer's.
