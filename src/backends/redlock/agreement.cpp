@@ -68,4 +68,19 @@ backend::Busy contended(const std::vector<backend::Busy>& refusals, std::size_t 
   return {std::move(holders), retry};
 }
 
+void end_readers_claims(Servers& servers, const std::vector<std::string>& claims,
+                        const std::vector<Grant>& grants, const std::vector<Answer>& answers,
+                        milliseconds timeout) {
+  if (grants.size() == answered(answers)) return;
+  Args del{"DEL"};
+  del.insert(del.end(), claims.begin(), claims.end());
+  Request end{std::nullopt, {}, servers.no_one()};
+  for (std::size_t i = 0; i < answers.size(); ++i) {
+    if (answers[i].ok()) end.args[i] = del;
+  }
+  for (const auto& g : grants) end.args[g.server].reset();
+  // A claim this cannot reach runs out.
+  servers.round(end, timeout);
+}
+
 }  // namespace dlock::backends::redlock

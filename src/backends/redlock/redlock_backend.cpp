@@ -30,7 +30,6 @@
 #include <map>
 #include <random>
 #include <utility>
-#include <variant>
 
 #include "backends/bell_waiter.hpp"
 #include "backends/redis/keys.hpp"
@@ -42,7 +41,6 @@
 #include "backends/redlock/server_bell.hpp"
 #include "backends/redlock/servers.hpp"
 #include "backends/redlock/settings.hpp"
-#include "dlock/errors.hpp"
 
 namespace dlock::backends {
 namespace redlock {
@@ -82,43 +80,6 @@ std::vector<LockInfo> rows(const std::vector<Answer>& answers, std::string_view 
   }
   return seen;
 }
-
-// A server's grant of an acquisition: the token it drew (or already had) and its hold count.
-struct Grant {
-  std::size_t server;
-  std::uint64_t token;
-  std::uint32_t holds;
-};
-
-// The answering servers' votes on an attempt (Answer: acquire_answer's or acquire_set_answer's
-// result): the grants, by server, and the refusals. A refusal of the request's permits
-// (InvalidArgument) is kept, to be thrown once the grants are given back.
-template <class Granted, class Refused>
-struct Votes {
-  std::vector<std::pair<std::size_t, Granted>> grants;
-  std::vector<Refused> refusals;
-  std::exception_ptr mismatch;
-};
-
-template <class Granted, class Refused, class Read>
-Votes<Granted, Refused> votes(const std::vector<Answer>& answers, const Read& read) {
-  Votes<Granted, Refused> out;
-  for (std::size_t i = 0; i < answers.size(); ++i) {
-    if (!answers[i].ok()) continue;
-    try {
-      auto result = read(answers[i].reply.get());
-      if (auto* granted = std::get_if<Granted>(&result)) {
-        out.grants.emplace_back(i, std::move(*granted));
-      } else {
-        out.refusals.push_back(std::get<Refused>(std::move(result)));
-      }
-    } catch (const InvalidArgument&) {
-      out.mismatch = std::current_exception();
-    }
-  }
-  return out;
-}
-
 
 class RedlockBackend final : public backend::Backend {
  public:
@@ -164,8 +125,6 @@ class RedlockBackend final : public backend::Backend {
   std::optional<backend::Acquired> settle(const backend::AcquireRequest& request, const Keys& keys,
                                           std::vector<Grant>& grants, Clock::time_point sent);
   void undo(const backend::AcquireRequest& request, const Keys& keys, const std::vector<Grant>& grants);
-  void end_readers_claims(const std::vector<std::string>& claims, const std::vector<Grant>& grants,
-                          const std::vector<Answer>& answers);
   void undo_set(std::span<const backend::AcquireRequest> requests, const std::vector<std::vector<Grant>>& grants);
   // What a release round answered for one lease: its holds left, or nothing when it was no
   // longer ours. `element`: the lease's place in a set's answers (none: the answer is the lease's).
@@ -207,7 +166,7 @@ backend::AcquireResult RedlockBackend::acquire(const backend::AcquireRequest& re
   for (const auto& [server, acquired] : vote.grants) grants.push_back({server, acquired.token, acquired.hold_count});
   if (!vote.mismatch && grants.size() >= need) {
     if (auto acquired = settle(request, keys, grants, sent)) {
-      end_readers_claims({keys.readers}, grants, answers);
+      end_readers_claims(servers_, {keys.readers}, grants, answers, settings_.command_timeout);
       return *acquired;
     }
   }
@@ -279,25 +238,6 @@ void RedlockBackend::undo(const backend::AcquireRequest& request, const Keys& ke
   }
   // A grant this cannot reach runs out with its lease.
   round(release, settings_.command_timeout);
-}
-
-// Each server keeps the readers' claim, which the key's next grant ends: an acquisition that
-// holds ends the `claims` of its keys on the servers that answered without granting it too. A
-// claim there was placed before this grant (or on a writer that cannot hold a majority beside
-// it), and would keep refusing writers on that server, which then keep their own claim standing
-// there and ring no waiter sleeping there. Costs a round only when the servers disagreed.
-void RedlockBackend::end_readers_claims(const std::vector<std::string>& claims, const std::vector<Grant>& grants,
-                                        const std::vector<Answer>& answers) {
-  if (grants.size() == answered(answers)) return;
-  Args del{"DEL"};
-  del.insert(del.end(), claims.begin(), claims.end());
-  Request end{std::nullopt, {}, no_one()};
-  for (std::size_t i = 0; i < answers.size(); ++i) {
-    if (answers[i].ok()) end.args[i] = del;
-  }
-  for (const auto& g : grants) end.args[g.server].reset();
-  // A claim this cannot reach runs out.
-  round(end, settings_.command_timeout);
 }
 
 bool RedlockBackend::renew(const backend::LeaseRef& lease, milliseconds ttl) {
@@ -386,7 +326,7 @@ std::optional<backend::AcquireSetResult> RedlockBackend::acquire_set(std::span<c
       // Each server granted all of the set or none of it.
       std::vector<std::string> claims;
       for (const auto& r : requests) claims.push_back(keys(r.key).readers);
-      end_readers_claims(claims, grants.front(), answers);
+      end_readers_claims(servers_, claims, grants.front(), answers, settings_.command_timeout);
       return decided;
     }
   }
