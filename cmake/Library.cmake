@@ -68,6 +68,7 @@ if(DLOCK_WITH_MYSQL)
     src/backends/mysql/schema.cpp
     src/backends/mysql/session_mode.cpp
     src/backends/mysql/session_shared.cpp
+    src/backends/mysql/session_sql.cpp
     src/backends/mysql/shared_holds.cpp)
   target_include_directories(dlock_objects PRIVATE ${MariaDB_INCLUDE_DIRS})
   target_compile_definitions(dlock_objects PRIVATE DLOCK_WITH_MYSQL=1)

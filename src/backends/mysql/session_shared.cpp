@@ -11,7 +11,7 @@ namespace {
 
 // How long a shared step waits for another one of the same key to end.
 constexpr std::int64_t kGateWaitS = 5;
-// What a holder whose renewals are overdue reports as its time left (session_mode.cpp).
+// What a holder whose renewals are overdue reports as its time left (session_sql.cpp).
 constexpr const char* kOverdueUs = "1000000";
 
 const std::string kNow = "UTC_TIMESTAMP(6)";
