@@ -152,8 +152,10 @@ TEST_P(FaultInjection, FailedReleaseThrowsFromReleaseButNotFromDestructorOrUnloc
   const std::shared_ptr<FaultBackend>& faults = faulty.faults;
   Client other = open();
   const std::string k = key();
+  // TTLs of seconds: each lease must outlive the calls up to its release on a loaded machine
+  // (an acquire on a new connection under asan can take hundreds of milliseconds).
   {
-    Lease lease = client.acquire(k, {.ttl = 500ms});
+    Lease lease = client.acquire(k, {.ttl = 2s});
     faults->fail_releases(true);
     try {
       lease.release();
@@ -168,11 +170,11 @@ TEST_P(FaultInjection, FailedReleaseThrowsFromReleaseButNotFromDestructorOrUnloc
     // No lease to run out: the lock lasts as long as its holder's connection or session.
     EXPECT_FALSE(other.try_acquire_for(k, 1s)) << "a lock bound to a live connection expired";
   } else {
-    EXPECT_TRUE(other.try_acquire_for(k, 5s)) << "the unreleased key did not expire";
+    EXPECT_TRUE(other.try_acquire_for(k, 10s)) << "the unreleased key did not expire";
   }
 
   const std::string k2 = key("mutex");
-  Mutex mutex = client.mutex(k2, {.ttl = 500ms});
+  Mutex mutex = client.mutex(k2, {.ttl = 10s});
   faults->fail_releases(false);
   mutex.lock();
   faults->fail_releases(true);
