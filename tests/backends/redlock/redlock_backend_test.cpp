@@ -329,6 +329,9 @@ TEST_F(Redlock, ASemaphoreOfTwoTakesEveryServerOfThree) {
   }
 }
 
+// The redis key of the readers' claim on `key` (src/backends/redis/lua/common.lua).
+std::string readers_claim(const std::string& key) { return "dlock:{" + key + "}:rc"; }
+
 // The readers' claim (backend.hpp, "Nor are readers"), kept on each server: a waiting reader
 // that a writer refused places it on every server, on the writer's token; a new writer, alone
 // or in a set, is then refused on the free key, a reader that waited behind the writer passes
@@ -338,7 +341,7 @@ TEST_F(Redlock, AWaitingReaderClaimsTheKeyFromWritersOnEveryServerUntilTheNextGr
   if (IsSkipped()) return;
   auto backend = backends::open_backend(core::Url::parse(url_));
   const std::string k = key();
-  const std::string claim = "dlock:{" + k + "}:rc";
+  const std::string claim = readers_claim(k);
   const auto writer = std::get<backend::Acquired>(backend->acquire({k, "w", 10s}));
   const backend::AcquireRequest reader{k, "r", 10s, LockMode::shared, 0, /*waiting=*/true};
   ASSERT_TRUE(std::holds_alternative<backend::Busy>(backend->acquire({k, "r", 10s, LockMode::shared})));
@@ -384,7 +387,7 @@ TEST_F(Redlock, AnAcquisitionEndsAReadersClaimOnTheServersThatRefusedIt) {
   if (IsSkipped()) return;
   auto backend = backends::open_backend(core::Url::parse(url_));
   const std::string k = key();
-  const std::string claim = "dlock:{" + k + "}:rc";
+  const std::string claim = readers_claim(k);
   raw(servers_->url(0), {"SET", claim, "1", "PX", "30000"});
   const auto writer = backend->acquire({k, "w", 10s});
   ASSERT_TRUE(std::holds_alternative<backend::Acquired>(writer)) << "a claim on one server of three kept a writer out";
@@ -393,12 +396,11 @@ TEST_F(Redlock, AnAcquisitionEndsAReadersClaimOnTheServersThatRefusedIt) {
 
   // A set, in one round for all its keys.
   const std::string a = key("a"), b = key("b");
-  const auto claim_of = [](const std::string& name) { return "dlock:{" + name + "}:rc"; };
-  for (const auto& name : {a, b}) raw(servers_->url(0), {"SET", claim_of(name), "1", "PX", "30000"});
+  for (const auto& name : {a, b}) raw(servers_->url(0), {"SET", readers_claim(name), "1", "PX", "30000"});
   const std::vector<backend::AcquireRequest> set{{a, "w", 10s}, {b, "w", 10s}};
   const auto taken = backend->acquire_set(set);
   ASSERT_TRUE(taken && std::holds_alternative<std::vector<backend::Acquired>>(*taken));
-  EXPECT_EQ(raw(servers_->url(0), {"EXISTS", claim_of(a), claim_of(b)}), "0");
+  EXPECT_EQ(raw(servers_->url(0), {"EXISTS", readers_claim(a), readers_claim(b)}), "0");
 }
 
 TEST_F(Redlock, WrongPasswordIsAClearErrorWithoutThePassword) {
