@@ -68,12 +68,13 @@ backend::Busy contended(const std::vector<backend::Busy>& refusals, std::size_t 
   return {std::move(holders), retry};
 }
 
-void end_readers_claims(Servers& servers, const std::vector<std::string>& claims,
+void end_readers_claims(Servers& servers, const std::function<std::vector<std::string>()>& claims,
                         const std::vector<Grant>& grants, const std::vector<Answer>& answers,
                         milliseconds timeout) {
   if (grants.size() == answered(answers)) return;
+  const auto names = claims();  // outlives the round: Args views it
   Args del{"DEL"};
-  del.insert(del.end(), claims.begin(), claims.end());
+  del.insert(del.end(), names.begin(), names.end());
   Request end{std::nullopt, {}, servers.no_one()};
   for (std::size_t i = 0; i < answers.size(); ++i) {
     if (answers[i].ok()) end.args[i] = del;

@@ -8,6 +8,7 @@
 #include <cstddef>
 #include <cstdint>
 #include <exception>
+#include <functional>
 #include <string>
 #include <utility>
 #include <variant>
@@ -66,11 +67,12 @@ backend::Busy contended(const std::vector<backend::Busy>& refusals, std::size_t 
                         std::chrono::milliseconds backoff);
 
 // Each server keeps the readers' claim, which the key's next grant ends: an acquisition that
-// holds ends the `claims` of its keys on the servers that answered without granting it too. A
-// claim there was placed before this grant (or on a writer that cannot hold a majority beside
-// it), and would keep refusing writers on that server, which then keep their own claim standing
-// there and ring no waiter sleeping there. Costs a round only when the servers disagreed.
-void end_readers_claims(Servers& servers, const std::vector<std::string>& claims,
+// holds ends the claims of its keys (their names, from `claims`) on the servers that answered
+// without granting it too. A claim there was placed before this grant (or on a writer that
+// cannot hold a majority beside it), and would keep refusing writers on that server, which then
+// keep their own claim standing there and ring no waiter sleeping there. Costs a round, and the
+// names, only when the servers disagreed.
+void end_readers_claims(Servers& servers, const std::function<std::vector<std::string>()>& claims,
                         const std::vector<Grant>& grants, const std::vector<Answer>& answers,
                         std::chrono::milliseconds timeout);
 

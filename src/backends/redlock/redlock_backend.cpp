@@ -166,7 +166,8 @@ backend::AcquireResult RedlockBackend::acquire(const backend::AcquireRequest& re
   for (const auto& [server, acquired] : vote.grants) grants.push_back({server, acquired.token, acquired.hold_count});
   if (!vote.mismatch && grants.size() >= need) {
     if (auto acquired = settle(request, keys, grants, sent)) {
-      end_readers_claims(servers_, {keys.readers}, grants, answers, settings_.command_timeout);
+      end_readers_claims(
+          servers_, [&] { return std::vector<std::string>{keys.readers}; }, grants, answers, settings_.command_timeout);
       return *acquired;
     }
   }
@@ -324,8 +325,11 @@ std::optional<backend::AcquireSetResult> RedlockBackend::acquire_set(std::span<c
     }
     if (index == requests.size() && Clock::now() - sent < validity(ttl)) {
       // Each server granted all of the set or none of it.
-      std::vector<std::string> claims;
-      for (const auto& r : requests) claims.push_back(keys(r.key).readers);
+      const auto claims = [&] {
+        std::vector<std::string> names;
+        for (const auto& r : requests) names.push_back(keys(r.key).readers);
+        return names;
+      };
       end_readers_claims(servers_, claims, grants.front(), answers, settings_.command_timeout);
       return decided;
     }
