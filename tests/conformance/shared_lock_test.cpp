@@ -181,6 +181,50 @@ TEST_P(SharedHolds, AWaitingWriterIsNotStarvedByReaders) {
   EXPECT_EQ(conflicts.load(), 0) << "readers were inside while the writer held the key";
 }
 
+// A writer's claim lasts until a writer's grant: the readers who waited behind a writer pass it
+// (they enter together), and new readers are still refused once they have. A claim that a
+// reader's grant ended would let a stream of new readers in ahead of the waiting writer.
+TEST_P(SharedHolds, AWritersClaimOutlivesTheReadersItLetsPass) {
+  if (capabilities().names_waiters) {
+    GTEST_SKIP() << GetParam().name << " queues its waiters: a writer keeps its place in line without a claim";
+  }
+  if (GetParam().name == "redis") GTEST_SKIP() << "redis:// without fair=true keeps no writer's claim yet";
+  auto backend = open_backend();
+  const std::string k = key();
+  const auto take = [&](std::string_view owner, LockMode mode, bool waiting, std::uint64_t behind = 0) {
+    backend::AcquireRequest request{k, owner, 10s, mode, 0, waiting};
+    request.waited_behind = behind;
+    return backend->acquire(request);
+  };
+  const auto token = [](const backend::AcquireResult& result) {
+    const auto* acquired = std::get_if<backend::Acquired>(&result);
+    return acquired ? acquired->token : 0;
+  };
+  const std::uint64_t earlier_writer = token(take("w0", LockMode::exclusive, false));
+  ASSERT_NE(earlier_writer, 0u);
+  ASSERT_EQ(backend->release({k, "w0", earlier_writer}), 0u);
+  const std::uint64_t reader = token(take("r1", LockMode::shared, false));
+  ASSERT_NE(reader, 0u);
+  ASSERT_TRUE(std::holds_alternative<backend::Busy>(take("w", LockMode::exclusive, true)))
+      << "a writer got a key held shared";
+  if (const std::uint64_t entered = token(take("r2", LockMode::shared, false))) {
+    ADD_FAILURE() << "a new reader passed a waiting writer's claim";
+    ASSERT_EQ(backend->release({k, "r2", entered}), 0u);
+  }
+  const std::uint64_t passed = token(take("r3", LockMode::shared, true, earlier_writer));
+  ASSERT_NE(passed, 0u) << "a reader that waited behind a writer was refused by the next writer's claim";
+  if (const std::uint64_t entered = token(take("r4", LockMode::shared, false))) {
+    ADD_FAILURE() << "the writer's claim ended when a reader that waited behind a writer entered";
+    ASSERT_EQ(backend->release({k, "r4", entered}), 0u);
+  }
+  ASSERT_EQ(backend->release({k, "r1", reader}), 0u);
+  ASSERT_EQ(backend->release({k, "r3", passed}), 0u);
+  const std::uint64_t writer = token(take("w", LockMode::exclusive, true));
+  ASSERT_GT(writer, passed) << "the waiting writer did not get the key its readers left";
+  ASSERT_EQ(backend->release({k, "w", writer}), 0u);
+  EXPECT_GT(token(take("r5", LockMode::shared, false)), writer) << "the writer's grant did not end its claim";
+}
+
 // A writer's release lets every waiting reader in, not one of them.
 TEST_P(SharedHolds, WaitingReadersAllEnterWhenTheWriterLeaves) {
   constexpr int kReaders = 3;

@@ -179,17 +179,18 @@ ModeBackend::Attempt ModeBackend::attempt_for(const backend::AcquireRequest& req
 }
 
 void ModeBackend::remember(std::string_view key, std::string_view owner, std::uint64_t connection_serial,
-                           std::uint64_t token) {
+                           std::uint64_t token, LockMode mode) {
   {
     // Pinned before the connection goes back to the pool: a take_unpinned() in between
     // would hand out a connection that holds this lock (GET_LOCK is re-entrant per session).
     std::lock_guard lock(sessions_mutex_);
-    auto [it, added] = sessions_.try_emplace({std::string(key), std::string(owner)}, Remembered{connection_serial, token});
+    auto [it, added] =
+        sessions_.try_emplace({std::string(key), std::string(owner)}, Remembered{connection_serial, token, mode});
     if (added || it->second.serial != connection_serial) {
       pool_.pin(connection_serial);
       if (!added) pool_.unpin(it->second.serial);
     }
-    it->second = Remembered{connection_serial, token};
+    it->second = Remembered{connection_serial, token, mode};
   }
   if (watching_connections_) pool_.watch(connection_serial);
 }
@@ -200,6 +201,12 @@ std::optional<std::uint64_t> ModeBackend::remembered(std::string_view key, std::
   const auto it = sessions_.find({std::string(key), std::string(owner)});
   if (it == sessions_.end() || (token && it->second.token != *token)) return std::nullopt;
   return it->second.serial;
+}
+
+bool ModeBackend::remembered_shared(std::string_view key, std::string_view owner, std::uint64_t token) {
+  std::lock_guard lock(sessions_mutex_);
+  const auto it = sessions_.find({std::string(key), std::string(owner)});
+  return it != sessions_.end() && it->second.token == token && it->second.mode == LockMode::shared;
 }
 
 void ModeBackend::forget(std::string_view key, std::string_view owner, std::uint64_t token) {
@@ -253,7 +260,7 @@ bool ModeBackend::keeps_doorbell(std::string_view key, const Connection& connect
   std::lock_guard lock(sessions_mutex_);
   for (auto it = sessions_.lower_bound({std::string(key), std::string()}); it != sessions_.end() && it->first.first == key;
        ++it) {
-    if (it->second.serial == connection.serial()) return true;
+    if (it->second.serial == connection.serial() && it->second.mode == LockMode::exclusive) return true;
   }
   return false;
 }

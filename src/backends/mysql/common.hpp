@@ -95,9 +95,10 @@ class ModeBackend : public backend::Backend, public backend::ActivityLedger {
   std::string bell_name(std::string_view key) const;
 
   Pool::Lease take();
-  // The serial of the connection holding this owner's doorbell (or session lock) for the key,
-  // for its acquisition with this token.
-  void remember(std::string_view key, std::string_view owner, std::uint64_t connection_serial, std::uint64_t token);
+  // The serial of the connection holding this owner's doorbell (or session lock, or shared
+  // holder's lock) for the key, for its acquisition with this token.
+  void remember(std::string_view key, std::string_view owner, std::uint64_t connection_serial, std::uint64_t token,
+                LockMode mode = LockMode::exclusive);
   // A connection no held lock is pinned to, for a waiter that may block on it for long, and
   // in session mode for a new lock (a connection holds at most one).
   Pool::Lease take_unpinned();
@@ -152,10 +153,12 @@ class ModeBackend : public backend::Backend, public backend::ActivityLedger {
   // The serial remembered for the owner's acquisition of the key (with a token: that one's).
   std::optional<std::uint64_t> remembered(std::string_view key, std::string_view owner,
                                           std::optional<std::uint64_t> token = {});
+  // Whether the owner's acquisition of the key with this token, taken by this client, is shared.
+  bool remembered_shared(std::string_view key, std::string_view owner, std::uint64_t token);
   // Forgets the acquisition with this token only: a late release of an earlier acquisition
   // by the same owner must leave a newer one's connection remembered.
   void forget(std::string_view key, std::string_view owner, std::uint64_t token);
-  // Whether a lock of `key` (held, or evicted with a lock delay) was taken on this connection,
+  // Whether an exclusive lock of `key` (held, or evicted with a lock delay) was taken on this connection,
   // whose session so keeps the key's doorbell for it: an attempt that finds the key held there
   // must not give that bell back.
   bool keeps_doorbell(std::string_view key, const Connection& connection);
@@ -195,6 +198,7 @@ class ModeBackend : public backend::Backend, public backend::ActivityLedger {
   struct Remembered {
     std::uint64_t serial = 0;
     std::uint64_t token = 0;
+    LockMode mode = LockMode::exclusive;
   };
   // The pool's watching thread: the acquisitions remembered on connection `serial` are lost.
   void connection_closed(std::uint64_t serial);
@@ -272,6 +276,10 @@ class DoorbellChannel final : public backend::Waiter {
 
  private:
   void drop() noexcept;
+  // Sleeps until each shared holder the last attempt found has ended, on the lock its session
+  // keeps for the hold (the bell's name plus its token): the wake-up of a writer, or of a reader
+  // behind a writer's claim, while a key is held shared, where no one holds the bell to ring.
+  void wait_for_shared_holders(std::chrono::microseconds left);
 
   ModeBackend& backend_;
   std::string key_;
@@ -289,6 +297,7 @@ class DoorbellChannel final : public backend::Waiter {
   std::optional<backend::Acquired> taken_;
   bool acquired_ = false;  // the waiting call got the key through this channel
   std::uint64_t waited_behind_ = 0;  // the exclusive holder the last attempt found (AcquireRequest)
+  std::vector<std::uint64_t> shared_holders_;  // the tokens of the shared holders it found
 };
 
 std::shared_ptr<backend::Backend> make_lease_backend(Settings settings);

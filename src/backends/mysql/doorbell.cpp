@@ -34,6 +34,13 @@ backend::AcquireResult DoorbellChannel::attempt() {
   auto result =
       backend_.attempt({key_, owner_, ttl_, mode_, permits_, /*waiting=*/true, waited_behind_}, connection_ ? this : nullptr);
   waited_behind_ = backend::waited_behind(mode_, result);
+  shared_holders_.clear();
+  // A semaphore's waiter could wait for any one of its holders, which GET_LOCK cannot.
+  if (const auto* busy = std::get_if<backend::Busy>(&result); busy && permits_ == 0) {
+    for (const LockInfo& holder : busy->holders) {
+      if (holder.mode == LockMode::shared) shared_holders_.push_back(holder.token);
+    }
+  }
   return result;
 }
 
@@ -50,6 +57,10 @@ void DoorbellChannel::wait_until(std::chrono::steady_clock::time_point deadline)
   const auto cap = backend_.settings().connect.read_timeout - std::chrono::seconds(1);
   const auto left = std::min(std::chrono::duration_cast<std::chrono::microseconds>(deadline - now),
                              std::chrono::duration_cast<std::chrono::microseconds>(cap));
+  if (!shared_holders_.empty()) {
+    wait_for_shared_holders(left);
+    return;
+  }
   if (guarding) {
     // Nobody rings a bell this session holds: look again after a pause, and at once when the
     // evicted lease runs out (the holder's lease end bounds `deadline`).
@@ -92,6 +103,33 @@ void DoorbellChannel::wait_until(std::chrono::steady_clock::time_point deadline)
   if (!rang) return;
   if (std::chrono::steady_clock::now() - start < std::chrono::milliseconds(1)) {
     // Rang at once yet the key is held: its holder took it without the bell.
+    backoff_ = std::clamp(backoff_ * 2, std::chrono::milliseconds(1), std::chrono::milliseconds(250));
+  } else {
+    backoff_ = std::chrono::milliseconds(0);
+  }
+}
+
+void DoorbellChannel::wait_for_shared_holders(std::chrono::microseconds left) {
+  if (backoff_.count() > 0) std::this_thread::sleep_for(std::min<std::chrono::microseconds>(backoff_, left));
+  const auto start = std::chrono::steady_clock::now();
+  const auto deadline = start + left;
+  try {
+    for (const std::uint64_t token : std::exchange(shared_holders_, {})) {
+      const auto now = std::chrono::steady_clock::now();
+      if (now >= deadline) return;
+      const auto wait = std::chrono::duration_cast<std::chrono::microseconds>(deadline - now);
+      const auto holder = static_cast<std::int64_t>(token);
+      (*connection_)->query("SELECT IF(GET_LOCK(CONCAT(?, ':', ?), ? / 1000000) = 1, RELEASE_LOCK(CONCAT(?, ':', ?)), 0)",
+                            {std::string_view(bell_), holder, wait.count(), std::string_view(bell_), holder});
+    }
+  } catch (const SqlError& e) {
+    if (!e.connection_broken) raise(e, backend_.settings(), key_);
+    reconnect();
+    return;
+  }
+  // Every lock was free at once, yet the key was held shared: a holder without one (its
+  // session ended, its lease has not) is waited out by looking again after a growing pause.
+  if (std::chrono::steady_clock::now() - start < std::chrono::milliseconds(1)) {
     backoff_ = std::clamp(backoff_ * 2, std::chrono::milliseconds(1), std::chrono::milliseconds(250));
   } else {
     backoff_ = std::chrono::milliseconds(0);

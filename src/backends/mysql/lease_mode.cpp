@@ -299,6 +299,7 @@ class LeaseBackend final : public ModeBackend {
 
   bool renew(const backend::LeaseRef& lease, std::chrono::milliseconds ttl) override {
     auto connection = take();
+    if (remembered_shared(lease.key, lease.owner, lease.token)) return shared_.renew(*connection, lease, ttl);
     const auto outcome = with_retries(lease.key, [&] {
       return connection->execute(sql_.renew,
                                  {ttl_us(ttl), lease.key, lease.owner, static_cast<std::int64_t>(lease.token)});
@@ -312,25 +313,38 @@ class LeaseBackend final : public ModeBackend {
     auto connection = take_for(lease.key, lease.owner, lease.token);
     const bool on_holder = remembered(lease.key, lease.owner, lease.token) == connection->serial();
     const auto token = static_cast<std::int64_t>(lease.token);
-    if (with_retries(lease.key, [&] {
+    // A shared hold this client took skips the exclusive statements, which would find it not theirs.
+    const bool known_shared = remembered_shared(lease.key, lease.owner, lease.token);
+    if (!known_shared && with_retries(lease.key, [&] {
           return connection->execute(sql_.free, {bell, bell, lease.key, lease.owner, token});
         }).affected == 1) {
       forget(lease.key, lease.owner, lease.token);
       return 0u;
     }
-    const auto outcome = with_retries(lease.key, [&] {
+    const auto outcome = known_shared ? Outcome{} : with_retries(lease.key, [&] {
       return connection->execute(sql_.release,
                                  {slot, bell, bell, lease.key, lease.owner, static_cast<std::int64_t>(lease.token)});
     });
     const bool evicted = outcome.affected == 1 && outcome.insert_id == kEvictedRelease;
     if (outcome.affected == 1 && outcome.insert_id > 0 && !evicted) return static_cast<std::uint32_t>(outcome.insert_id);
+    if (outcome.affected != 1) {
+      if (const auto shared = shared_.release(*connection, lease); shared.found) {
+        if (shared.left.value_or(0) == 0) forget(lease.key, lease.owner, lease.token);
+        return shared.left;
+      }
+    }
     forget(lease.key, lease.owner, lease.token);
     if (evicted) return std::nullopt;  // freed, and rang, as its last release
     if (outcome.affected == 1) return 0u;
-    if (const auto shared = shared_.release(*connection, lease); shared.found) return shared.left;
-    // Lost: a doorbell its session still holds for it would keep waiters asleep (any other
-    // connection's doorbell is a newer acquisition's).
-    if (on_holder) with_retries(lease.key, [&] { return connection->query(sql_.drop_bell, {bell, bell}); });
+    // Lost: a doorbell, or a shared holder's lock, its session still holds for it would keep
+    // waiters asleep (any other connection's doorbell is a newer acquisition's, and so is this
+    // one's when it keeps the key's bell for another exclusive lock).
+    if (on_holder) {
+      if (!keeps_doorbell(lease.key, *connection)) {
+        with_retries(lease.key, [&] { return connection->query(sql_.drop_bell, {bell, bell}); });
+      }
+      shared_.drop_holder_lock(*connection, lease);
+    }
     return std::nullopt;
   }
 
@@ -370,7 +384,14 @@ class LeaseBackend final : public ModeBackend {
   // One attempt on `connection`: through a waiting call's `channel`, or not.
   backend::AcquireResult attempt_on(Connection& connection, const backend::AcquireRequest& request,
                                     DoorbellChannel* channel) {
-    if (request.mode == LockMode::shared) return shared_.acquire(connection, request);
+    if (request.mode == LockMode::shared) {
+      auto result = shared_.acquire(connection, request);
+      // The holder's lock stays with this connection's session (lease_shared.hpp).
+      if (const auto* acquired = std::get_if<backend::Acquired>(&result); acquired && acquired->hold_count == 1) {
+        remember(request.key, request.owner, connection.serial(), acquired->token, LockMode::shared);
+      }
+      return result;
+    }
     const std::string bell = bell_name(request.key);
     const std::string_view sessions = channel ? channel->sessions() : std::string_view();
     const std::int64_t ttl = ttl_us(request.ttl);

@@ -3,7 +3,7 @@
 #include "backends/mysql/lease_shared.hpp"
 
 namespace dlock::backends::mysql {
-LeaseShared::LeaseShared(ModeBackend& backend, const std::string& table) : SharedHolds(backend, table) {
+LeaseShared::LeaseShared(ModeBackend& backend, const std::string& table) : SharedHolds(backend, table, table) {
   const std::string t = "`" + table + "`";
   const std::string s = "`" + table + "_shared`";
   const std::string c = "`" + table + "_claim`";
@@ -42,21 +42,27 @@ LeaseShared::LeaseShared(ModeBackend& backend, const std::string& table) : Share
   // Parameters: key, token, owner, permits, ttl.
   add_holder_ = "INSERT INTO " + s + " (name, token, owner, hold_count, permits, acquired_at, expires_at)"
                 " VALUES (?, ?, ?, 1, ?, " + now + ", " + now + until + ")";
-  // The row of a key held shared: the key's new token and the latest expiry. Columns are
-  // assigned left to right: `owner` after everything that tests the old one. Parameters: ttl,
-  // ttl, token, key.
+  // The row of a key held shared: the key's new token and the latest expiry; and the new
+  // holder's lock, taken in the transaction's last statement (its row already locked: it
+  // cannot deadlock, so it is not rolled back after taking the lock). Columns are assigned
+  // left to right: `owner` after everything that tests the old one. Parameters: ttl, ttl,
+  // token, bell, token, bell, token, key.
   const std::string still_shared = "(owner = " + shared + " AND expires_at > " + now + ")";
+  const std::string holder_lock = "CONCAT(?, ':', ?)";
   mark_shared_ = "UPDATE " + t + " SET acquired_at = IF(" + still_shared + ", acquired_at, " + now + "),"
                  " expires_at = IF(" + still_shared + ", GREATEST(expires_at, " + now + until + "), " + now + until + "),"
-                 " token = ?, hold_count = 1, doorbell = 0, session_id = 0, owner = " + shared + " WHERE name = ?";
+                 " token = ?, hold_count = 1, doorbell = 0 * IF(IS_USED_LOCK(" + holder_lock + ") <=> CONNECTION_ID(), 1,"
+                 " COALESCE(GET_LOCK(" + holder_lock + ", 0), 0)), session_id = 0, owner = " + shared + " WHERE name = ?";
   // The key's row first (STRAIGHT_JOIN), as every shared step locks it. Parameters: ttl, ttl,
   // key, owner, token.
   renew_ = "UPDATE " + t + " AS t STRAIGHT_JOIN " + s + " AS s ON s.name = t.name"
            " SET s.expires_at = " + now + until + ", t.expires_at = GREATEST(t.expires_at, " + now + until + ")"
            " WHERE t.name = ? AND t.owner = " + shared + " AND s.owner = ? AND s.token = ? AND s.hold_count > 0"
            " AND s.expires_at > " + now;
-  // Parameters: key, owner, token.
-  find_hold_ = "SELECT s.hold_count FROM " + t + " AS t STRAIGHT_JOIN " + s + " AS s ON s.name = t.name"
+  // The last hold gives up its lock here: a writer woken by that finds the key's row locked
+  // until this transaction commits. Parameters: bell, key, owner, token.
+  find_hold_ = "SELECT s.hold_count, IF(s.hold_count <= 1, RELEASE_LOCK(CONCAT(?, ':', s.token)), 0) FROM " + t +
+               " AS t STRAIGHT_JOIN " + s + " AS s ON s.name = t.name"
                " WHERE t.name = ? AND t.owner = " + shared + " AND s.owner = ? AND s.token = ? AND s.expires_at > " +
                now + " FOR UPDATE";
   // Parameters of the three: key, token.
@@ -68,6 +74,8 @@ LeaseShared::LeaseShared(ModeBackend& backend, const std::string& table) : Share
             " AS s WHERE s.name = t.name AND s.expires_at > " + now + "), " + now + "),"
             " hold_count = IF(expires_at > " + now + ", hold_count, 0), owner = IF(expires_at > " + now +
             ", owner, '') WHERE name = ? AND owner = " + shared;
+  // Parameters: bell, token.
+  drop_holder_lock_ = "SELECT RELEASE_LOCK(" + holder_lock + ")";
   // Parameter: key.
   held_shared_ = "SELECT " + still_shared + " FROM " + t + " WHERE name = ? FOR UPDATE";
   // A page of keys (the inner LIMIT), each with its exclusive holder or its shared ones.
@@ -119,7 +127,8 @@ backend::AcquireResult LeaseShared::acquire(Connection& connection, const backen
         }
         const auto token = static_cast<std::int64_t>(key.token + 1);
         connection.execute(add_holder_, {r.key, token, r.owner, static_cast<std::int64_t>(r.permits), ttl});
-        connection.execute(mark_shared_, {ttl, ttl, token, r.key});
+        if (claim) carry_claim(connection, r.key, key.token, key.token + 1);
+        connection.execute(mark_shared_, {ttl, ttl, token, bell, token, bell, token, r.key});
         return backend::Acquired{key.token + 1, 1};
       });
     });
@@ -157,10 +166,11 @@ bool LeaseShared::renew(Connection& connection, const backend::LeaseRef& lease, 
 }
 
 LeaseShared::Released LeaseShared::release(Connection& connection, const backend::LeaseRef& lease) {
+  const std::string bell = backend_.bell_name(lease.key);
   const auto token = static_cast<std::int64_t>(lease.token);
   return backend_.with_retries(lease.key, [&] {
     return ModeBackend::in_transaction(connection, [&]() -> Released {
-      const auto rows = connection.query(find_hold_, {lease.key, lease.owner, token});
+      const auto rows = connection.query(find_hold_, {bell, lease.key, lease.owner, token});
       if (rows.empty()) return {};
       const auto holds = static_cast<std::uint32_t>(to_u64(rows[0][0]));
       if (holds > 1) {
@@ -190,6 +200,13 @@ std::optional<std::vector<LockInfo>> LeaseShared::force_release(Connection& conn
       if (eviction == Eviction::immediate && !evicted.empty()) settle(connection, key);
       return evicted;
     });
+  });
+}
+
+void LeaseShared::drop_holder_lock(Connection& connection, const backend::LeaseRef& lease) {
+  const std::string bell = backend_.bell_name(lease.key);
+  backend_.with_retries(lease.key, [&] {
+    return connection.query(drop_holder_lock_, {std::string_view(bell), static_cast<std::int64_t>(lease.token)});
   });
 }
 

@@ -8,6 +8,9 @@
 // The holders themselves are rows of `TABLE_shared`, keyed (key, token); a waiting writer's
 // claim is a row of `TABLE_claim`. Every shared step is one transaction that locks the key's
 // row first, so it is atomic with the exclusive statements, which lock that row too.
+// A holder's session keeps a GET_LOCK named after the key's bell and its token while it holds
+// (the one that takes it keeps the connection), so that a waiting writer sleeps on it
+// (DoorbellChannel) rather than polls.
 
 #include <chrono>
 #include <cstdint>
@@ -33,6 +36,8 @@ class LeaseShared final : public SharedHolds {
   Released release(Connection& connection, const backend::LeaseRef& lease) override;
   std::optional<std::vector<LockInfo>> force_release(Connection& connection, std::string_view key, Eviction eviction,
                                                      std::optional<std::uint64_t> token) override;
+  // Gives up the lock the session on `connection` keeps for a shared hold that was lost.
+  void drop_holder_lock(Connection& connection, const backend::LeaseRef& lease);
   // Part of collect_idle's transaction: leases and claims that ran out by `cutoff`.
   void remove_idle(Connection& connection, std::string_view cutoff);
 
@@ -45,7 +50,7 @@ class LeaseShared final : public SharedHolds {
   void settle(Connection& connection, std::string_view key);
 
   std::string lock_key_, add_row_, holders_, locked_holders_, reenter_exclusive_, reenter_shared_, add_holder_,
-      mark_shared_, renew_, find_hold_, drop_hold_, delete_hold_, evict_hold_, settle_, held_shared_, idle_holds_,
+      mark_shared_, renew_, find_hold_, drop_hold_, delete_hold_, evict_hold_, settle_, held_shared_, drop_holder_lock_, idle_holds_,
       idle_claims_;
 };
 

@@ -65,8 +65,8 @@ std::string lock_table_schema(const std::string& table) {
          table +
          "_claim` (                                -- lease mode: waiting writers' claims, which refuse\n"
          "  name        VARBINARY(1024) NOT NULL PRIMARY KEY,  -- new shared holders of the key\n"
-         "  token       BIGINT UNSIGNED NOT NULL,        -- the key's token when claimed: a later acquisition\n"
-         "                                               -- (the writer's) ends the claim\n"
+         "  token       BIGINT UNSIGNED NOT NULL,        -- the key's token when claimed, carried on by readers\n"
+         "                                               -- let in past it: a writer's grant ends the claim\n"
          "  expires_at  DATETIME(6)     NOT NULL\n"
          ") ENGINE=InnoDB;\n"
          "-- Session mode: what a holder's GET_LOCK cannot hold, in memory (no durable write: it ends\n"

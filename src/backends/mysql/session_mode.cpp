@@ -31,6 +31,9 @@ constexpr int kEpochShift = 40;
 // How long a woken waiter's takeover (it holds the bell, the row is not yet written) is
 // reported to last.
 constexpr std::chrono::milliseconds kHandoffRecheck{50};
+// How soon a writer refused by a readers' claim looks again: by then the readers who claimed
+// the key hold it, and it waits for their locks instead.
+constexpr std::chrono::milliseconds kReadersEnterRecheck{2};
 
 class SessionBackend final : public ModeBackend {
  public:
@@ -159,9 +162,16 @@ class SessionBackend final : public ModeBackend {
     }
     if (!live) {
       if (!rows.empty() && rows[0][9]) {
-        // Readers have claimed the free key: the GET_LOCK this session took goes to them.
+        // Readers have claimed the free key: the GET_LOCK this session took goes to them. A
+        // waiting writer claims the key for after them (the readers who waited pass its claim,
+        // new ones do not) and looks again soon for the holders to wait for.
         if (rows[0][7] == yes && !known) drop_bell(*connection, bell);
-        return backend::Busy{{}, ceil_ms(rows[0][9])};
+        auto left = ceil_ms(rows[0][9]);
+        if (request.waiting) {
+          shared_.claim_for_writer(*connection, request.key, to_u64(rows[0][1]));
+          left = std::min(left, kReadersEnterRecheck);
+        }
+        return backend::Busy{{}, left};
       }
       // The server restarted (its memory tables are empty): a new epoch first. Or the key's
       // holder has the lock but has not written the row yet (a woken waiter taking over), or a

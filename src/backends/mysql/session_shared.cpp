@@ -44,7 +44,7 @@ std::string SessionShared::held_sql(const std::string& table, bool lock_delay) {
 }
 
 SessionShared::SessionShared(ModeBackend& backend, const std::string& table, bool lock_delay, Hooks hooks)
-    : SharedHolds(backend, table), hooks_(std::move(hooks)) {
+    : SharedHolds(backend, table, table + "_session"), hooks_(std::move(hooks)) {
   const std::string t = "`" + table + "_session`";
   const std::string h = "`" + table + "_holders`";
   const std::string c = "`" + table + "_claim`";
@@ -82,11 +82,13 @@ SessionShared::SessionShared(ModeBackend& backend, const std::string& table, boo
   reenter_shared_ = "UPDATE " + h + " SET hold_count = hold_count + 1, expires_at = GREATEST(expires_at, " + kNow + until +
                     ") WHERE name = ? AND token = ?";
   // The key's next token, unless a live exclusive holder took the key meanwhile (the row's
-  // `expires_at` stays now: the holders' leases are theirs). A grant ends a readers' claim.
-  // Parameters: key, bell.
+  // `expires_at` stays now: the holders' leases are theirs), or a writer claimed it since the
+  // step looked (a reader that waited behind a writer passes a claim). A grant ends a readers'
+  // claim. Parameters: key, bell, waited behind.
   mark_ = "UPDATE " + t + " SET token = LAST_INSERT_ID(token + 1), hold_count = 1, acquired_at = " + kNow +
           ", expires_at = " + kNow + ", session_id = 0, owner = " + shared + ", readers_until = " + kNow +
-          " WHERE name = ? AND NOT " + exclusive;
+          " WHERE name = ? AND NOT " + exclusive + " AND (? <> 0 OR NOT EXISTS (SELECT 1 FROM " + c +
+          " AS c WHERE c.name = " + t + ".name AND c.token >= " + t + ".token AND c.expires_at > " + kNow + "))";
   // A waiting reader's claim (backend.hpp), on the token of the exclusive holder it found, or
   // of one that took the key back since (no reader did). Parameters: claim, key, token.
   claim_readers_ = "UPDATE " + t + " SET readers_until = " + kNow + until + " WHERE name = ? AND token >= ? AND owner <> " +
@@ -194,12 +196,20 @@ backend::AcquireResult SessionShared::acquire(Connection& connection, const back
         run([&] { return connection.execute(reenter_shared_, {ttl, r.key, static_cast<std::int64_t>(mine->token)}); });
         return backend::Acquired{mine->token, mine->hold_count + 1};
       }
-      const auto marked = run([&] { return connection.execute(mark_, {r.key, bell}); });
-      if (marked.affected != 1) {  // an exclusive holder came first
+      const auto marked = run([&] {
+        return connection.execute(mark_, {r.key, bell, static_cast<std::int64_t>(r.waited_behind)});
+      });
+      if (marked.affected != 1) {  // an exclusive holder, or a writer's claim, came first
         claim_readers();
         return backend::Busy{{}, kSharedRecheck};
       }
       const auto token = static_cast<std::int64_t>(marked.insert_id);
+      if (claim) {
+        run([&] {
+          carry_claim(connection, r.key, marked.insert_id - 1, marked.insert_id);
+          return true;
+        });
+      }
       const auto added = run([&] {
         return connection.execute(add_holder_,
                                   {r.key, token, r.owner, static_cast<std::int64_t>(r.permits), ttl, bell, token});

@@ -14,19 +14,32 @@ std::chrono::milliseconds soonest_end(const std::vector<LockInfo>& holders, std:
   return soonest;
 }
 
-SharedHolds::SharedHolds(ModeBackend& backend, const std::string& table)
+SharedHolds::SharedHolds(ModeBackend& backend, const std::string& table, const std::string& key_table)
     : backend_(backend),
-      claim_("INSERT INTO `" + table + "_claim` (name, token, expires_at) VALUES (?, ?, UTC_TIMESTAMP(6) + INTERVAL ?"
-             " MICROSECOND) ON DUPLICATE KEY UPDATE token = VALUES(token), expires_at = VALUES(expires_at)") {}
+      // On the key's token as the claim is written, not the older one the writer read: a reader
+      // let in since would have left the claim behind at once. Never lowered (carry_claim).
+      claim_("INSERT INTO `" + table + "_claim` (name, token, expires_at) SELECT k.name, GREATEST(k.token, ?),"
+             " UTC_TIMESTAMP(6) + INTERVAL ? MICROSECOND FROM `" + key_table + "` AS k WHERE k.name = ?"
+             " ON DUPLICATE KEY UPDATE token = GREATEST(`" + table + "_claim`.token, VALUES(token)),"
+             " expires_at = VALUES(expires_at)"),
+      carry_claim_("UPDATE `" + table + "_claim` SET token = ? WHERE name = ? AND token >= ? AND expires_at > UTC_TIMESTAMP(6)") {}
+
+void SharedHolds::claim_for_writer(Connection& connection, std::string_view key, std::uint64_t token) {
+  backend_.with_retries(key, [&] {
+    return connection.execute(claim_, {static_cast<std::int64_t>(token), ttl_us(backend::kWriterClaim), key});
+  });
+}
+
+void SharedHolds::carry_claim(Connection& connection, std::string_view key, std::uint64_t was, std::uint64_t now) {
+  connection.execute(carry_claim_, {static_cast<std::int64_t>(now), key, static_cast<std::int64_t>(was)});
+}
 
 backend::Busy SharedHolds::writer_refused(Connection& connection, const backend::AcquireRequest& request,
                                           std::uint64_t token) {
   auto seen = holders(connection, request.key);
   auto retry = soonest_end(seen, kSharedRecheck);
   if (request.waiting) {
-    backend_.with_retries(request.key, [&] {
-      return connection.execute(claim_, {request.key, static_cast<std::int64_t>(token), ttl_us(backend::kWriterClaim)});
-    });
+    claim_for_writer(connection, request.key, token);
     retry = std::min<std::chrono::milliseconds>(retry, backend::kWriterClaim / 2);
   }
   return backend::Busy{std::move(seen), retry};

@@ -47,6 +47,13 @@ class SharedHolds {
   // An exclusive request found the key held shared (its row's token `token`): Busy with the
   // shared holders, and from a waiting writer, its claim (a row of `TABLE_claim`).
   backend::Busy writer_refused(Connection& connection, const backend::AcquireRequest& request, std::uint64_t token);
+  // A waiting writer's claim on the key (its token `token` or any later one, as it is now).
+  void claim_for_writer(Connection& connection, std::string_view key, std::uint64_t token);
+  // A new shared holder (token `now`) let in past a live writer's claim (a reader that waited
+  // behind a writer): the claim moves to the new token, which it would otherwise no longer
+  // cover, so that only an exclusive grant ends it. One statement, not retried: it may be part
+  // of a transaction.
+  void carry_claim(Connection& connection, std::string_view key, std::uint64_t was, std::uint64_t now);
   // The live shared holders of the key.
   virtual std::vector<LockInfo> holders(Connection& connection, std::string_view key) = 0;
   virtual bool renew(Connection& connection, const backend::LeaseRef& lease, std::chrono::milliseconds ttl) = 0;
@@ -64,13 +71,14 @@ class SharedHolds {
   const std::string& list_open() const { return list_open_; }
 
  protected:
-  SharedHolds(ModeBackend& backend, const std::string& table);
+  // `key_table` holds the keys' rows (their tokens).
+  SharedHolds(ModeBackend& backend, const std::string& table, const std::string& key_table);
 
   ModeBackend& backend_;
   std::string list_bounded_, list_open_;
 
  private:
-  std::string claim_;
+  std::string claim_, carry_claim_;
 };
 
 }  // namespace dlock::backends::mysql

@@ -125,7 +125,8 @@ backend::AcquireResult acquire_shared(Connection& connection, const backend::Acq
     latest = std::max(latest, now + h.ttl_left.count() * 1000);
   }
   // Readers who waited behind an exclusive holder pass a writer's claim: they enter together.
-  if (row && claim_until > now && claim_token == row->token && request.waited_behind == 0) {
+  const bool claimed = row && claim_until > now && claim_token == row->token;
+  if (claimed && request.waited_behind == 0) {
     return backend::Busy{std::move(holders), std::min(retry, ceil_ms(claim_until - now))};
   }
   if (request.permits != 0 && holders.size() >= request.permits) return backend::Busy{std::move(holders), retry};
@@ -151,6 +152,13 @@ backend::AcquireResult acquire_shared(Connection& connection, const backend::Acq
       .bind(5, now)
       .run();
   Query(connection, kSharedPermits, key).bind(1, key).bind(2, static_cast<std::int64_t>(request.permits)).run();
+  if (claimed) {
+    Query(connection, kCarryClaim, key)
+        .bind(1, key)
+        .bind(2, static_cast<std::int64_t>(token))
+        .bind(3, static_cast<std::int64_t>(row->token))
+        .run();
+  }
   transaction.commit();
   return backend::Acquired{token, 1};
 }

@@ -131,7 +131,7 @@ enum Sql : std::size_t {
   // Shared holds (shared_holds.cpp), on the tables of kSharedSchema. The caller reads the
   // clock once (kNow) and binds it, so a transaction's statements agree on one instant.
   kNow, kKeyRow, kSeq, kSharedPrune, kSharedHolders, kSharedMode, kSharedReenter, kExclusiveReenter, kSharedInsert,
-  kMarkShared, kSharedSettle, kSharedPermits, kClaim, kReadersClaim, kSharedRenew, kMarkerExtend, kSharedFind,
+  kMarkShared, kSharedSettle, kSharedPermits, kClaim, kCarryClaim, kReadersClaim, kSharedRenew, kMarkerExtend, kSharedFind,
   kSharedDecrement, kSharedDelete, kSharedEvict, kSharedCollect, kSqlCount
 };
 
@@ -218,9 +218,13 @@ VALUES (?1, ' shared', ?2, 1, ?3, ?4) ON CONFLICT(name) DO UPDATE SET
 WHERE name = ?1 AND owner = ' shared')sql",
     R"sql(INSERT INTO dlock_modes VALUES (?1, ?2, 0, 0) ON CONFLICT(name) DO UPDATE SET permits = excluded.permits)sql",
     // A waiting writer's claim (?2: its length in µs), valid while the key's token stays the
-    // one it saw: the next acquisition can only be a writer's, which serves the claim.
+    // one it saw, or a reader that passed it carried it on (kCarryClaim): the next other
+    // acquisition can only be a writer's, which serves the claim.
     R"sql(INSERT INTO dlock_modes SELECT ?1, 0, dlock_now_us() + ?2, token FROM dlock_locks WHERE name = ?1 AND true
 ON CONFLICT(name) DO UPDATE SET claim_until = excluded.claim_until, claim_token = excluded.claim_token)sql",
+    // A reader that waited behind a writer entered past a writer's claim on token ?3: the claim
+    // moves to the reader's token ?2, so that only a writer's grant ends it.
+    "UPDATE dlock_modes SET claim_token = ?2 WHERE name = ?1 AND claim_token = ?3",
     // Readers waiting for the exclusive holder of the key's row (?2: the claim's end).
     "UPDATE dlock_locks SET readers_until = ?2 WHERE name = ?1",
     // ?4 now + ttl, ?5 now.
