@@ -283,7 +283,10 @@ class SessionBackend final : public ModeBackend {
       if (row[3] == std::optional<std::string>("0")) return true;
       if (settings_.lock_delay && row[7] == yes) return true;
       std::string lock = bell_name(row[0].value_or(""));
-      if (row[8] == yes) lock += ":" + row[2].value_or("");
+      if (row[8] == yes) {
+        lock += ':';
+        lock += row[2].value_or("");
+      }
       const auto holder = c.query(sql_.session_of, {lock});
       return !holder.empty() && holder[0][0] == row[6];
     };
