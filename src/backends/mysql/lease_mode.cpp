@@ -57,9 +57,13 @@ struct LeaseSql {
            " expires_at <= UTC_TIMESTAMP(6) - INTERVAL 1 SECOND OR IS_USED_LOCK(?) <=> CONNECTION_ID() OR GET_LOCK(?, 0) = 1))"
            " OR (owner <> '' AND expires_at <= UTC_TIMESTAMP(6)))";
     // The common release in one plain statement: the last hold, with no heir. Anything else
-    // is left to `release`. Parameters: bell, bell, key, owner, token.
-    free = "UPDATE " + t + " SET owner = '', expires_at = UTC_TIMESTAMP(6), hold_count = 0, session_id = 0, heir_session = 0,"
-           " doorbell = IF(IS_USED_LOCK(?) <=> CONNECTION_ID(), 2 + 0 * RELEASE_LOCK(?), 0)"
+    // is left to `release`. It writes only what a release changes: a row without an owner is
+    // free whatever its hold count and session say (every statement that reads them also
+    // asks for an owner), and the next take writes them again, unchanged when the same
+    // session takes the key back. RELEASE_LOCK answers 1 only to the bell's holder, whose
+    // bell it frees (it holds it once: every take asks before it takes). Parameters: bell,
+    // key, owner, token.
+    free = "UPDATE " + t + " SET owner = '', expires_at = UTC_TIMESTAMP(6), doorbell = IF(RELEASE_LOCK(?) <=> 1, 2, 0)"
            " WHERE name = ? AND owner = ? AND token = ? AND hold_count = 1 AND heir_owner = ''"
            " AND expires_at > UTC_TIMESTAMP(6)";
     // The heir writes itself in. Never as heir of its own owner, which would hand the key
@@ -316,7 +320,7 @@ class LeaseBackend final : public ModeBackend {
     // A shared hold this client took skips the exclusive statements, which would find it not theirs.
     const bool known_shared = remembered_shared(lease.key, lease.owner, lease.token);
     if (!known_shared && with_retries(lease.key, [&] {
-          return connection->execute(sql_.free, {bell, bell, lease.key, lease.owner, token});
+          return connection->execute(sql_.free, {bell, lease.key, lease.owner, token});
         }).affected == 1) {
       forget(lease.key, lease.owner, lease.token);
       return 0u;
