@@ -48,10 +48,13 @@ struct LeaseSql {
     // The common acquisition in one plain statement (its expressions, not its commit, are
     // what a fused statement costs more): a key with a row, released or expired, and no heir.
     // A row released by ringing the doorbell (2) goes, for a second, only to whoever gets the
-    // doorbell (`acquire`'s rule). Anything else is left to `acquire`.
+    // doorbell (`acquire`'s rule). Anything else is left to `acquire`. Such a row, taken, was
+    // taken with the bell (the WHERE asked for it), so the doorbell column need not ask again.
     // Parameters: bell, bell, owner, ttl, key, bell, bell.
+    const std::string rung = "(owner = '' AND doorbell = 2 AND expires_at > UTC_TIMESTAMP(6) - INTERVAL 1 SECOND)";
     take = "UPDATE " + t + " SET token = LAST_INSERT_ID(token + 1), hold_count = 1, acquired_at = UTC_TIMESTAMP(6),"
-           " session_id = CONNECTION_ID(), doorbell = IF(IS_USED_LOCK(?) <=> CONNECTION_ID(), 1, COALESCE(GET_LOCK(?, 0), 0)),"
+           " session_id = CONNECTION_ID(), doorbell = IF(" + rung + " OR IS_USED_LOCK(?) <=> CONNECTION_ID(), 1,"
+           " COALESCE(GET_LOCK(?, 0), 0)),"
            " owner = ?, expires_at = UTC_TIMESTAMP(6) + INTERVAL ? MICROSECOND"
            " WHERE name = ? AND heir_owner = '' AND ((owner = '' AND (doorbell <> 2 OR"
            " expires_at <= UTC_TIMESTAMP(6) - INTERVAL 1 SECOND OR IS_USED_LOCK(?) <=> CONNECTION_ID() OR GET_LOCK(?, 0) = 1))"
