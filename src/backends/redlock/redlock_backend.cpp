@@ -226,6 +226,14 @@ std::optional<backend::Acquired> RedlockBackend::settle(const backend::AcquireRe
     }
   }
   if (agreeing < needed(request.permits) || Clock::now() - sent >= validity(request.ttl)) return std::nullopt;
+  // A server that kept its own token (another reader there drew the decided one) holds what no
+  // renewal or release of this lease reaches: give it back, or it would refuse writers there
+  // until its lease ran out.
+  std::vector<Grant> strays;
+  for (const auto& g : grants) {
+    if (g.token != decided.token) strays.push_back(g);
+  }
+  undo(request, keys, strays);
   return decided;
 }
 
