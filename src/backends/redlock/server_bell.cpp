@@ -30,7 +30,6 @@ void ServerBell::arm() {
 }
 
 bool ServerBell::wait_until(Clock::time_point deadline) {
-  woken_ = false;
   if (!server_) {
     // Registered nowhere: the attempt's holder lease or back-off bounds the wait.
     std::this_thread::sleep_until(std::min(deadline, Clock::now() + redis::kHeartbeat));
