@@ -3,6 +3,7 @@
 // What the parts of redlock:// share: its name in errors, the scripts it runs on every server,
 // and the keys of one lock those scripts take.
 
+#include <chrono>
 #include <cstddef>
 #include <string>
 #include <string_view>
@@ -15,6 +16,9 @@
 namespace dlock::backends::redlock {
 
 inline const std::string kName = "redlock";
+
+// The longest random back-off of an attempt that no majority answered alike.
+inline constexpr std::chrono::milliseconds kMostBackoff{10};
 
 enum Script : std::size_t {
   kAcquire, kAcquireSet, kAdopt, kRenew, kRelease, kReleaseSet, kInspect, kForceRelease, kList, kCollect,

@@ -66,7 +66,7 @@ milliseconds validity(milliseconds ttl) { return std::max(ttl - drift(ttl), mill
 // split the votes spread out instead of colliding again.
 milliseconds backoff(milliseconds ttl) {
   thread_local std::mt19937 random{std::random_device{}()};
-  const auto most = std::clamp(ttl / 20, milliseconds(2), milliseconds(10));
+  const auto most = std::clamp(ttl / 20, milliseconds(2), kMostBackoff);
   return milliseconds(std::uniform_int_distribution<milliseconds::rep>(1, most.count())(random));
 }
 
