@@ -25,7 +25,7 @@ enum Script : std::size_t {
   kAddActivity, kSleep, kLeave
 };
 inline const std::vector<std::string_view> kSources = {
-    redis::lua::kAcquireLua, redis::lua::kAcquireSetLua, lua::kAdoptLua,         redis::lua::kRenewLua,
+    lua::kAcquireLua,        redis::lua::kAcquireSetLua, lua::kAdoptLua,         redis::lua::kRenewLua,
     lua::kReleaseLua,        lua::kReleaseSetLua,        redis::lua::kInspectLua, lua::kForceReleaseLua,
     redis::lua::kListLua,    redis::lua::kCollectLua,    redis::lua::kAddActivityLua, lua::kSleepLua,
     lua::kLeaveLua};
