@@ -96,7 +96,7 @@ if(DLOCK_WITH_REDIS)
     acquire acquire_set refresh leave renew release release_set inspect force_release list collect add_activity)
   dlock_embed_lua(${generated}/redlock/lua_scripts.hpp dlock::backends::redlock::lua ${redlock_lua}
     "${redis_common};${redlock_lua}/bells.lua"
-    adopt release release_set force_release sleep leave)
+    acquire adopt release release_set force_release sleep leave)
   target_sources(dlock_objects PRIVATE
     src/backends/redis/connection.cpp
     src/backends/redis/keys.cpp

@@ -1,6 +1,7 @@
 #include "backends/redlock/agreement.hpp"
 
 #include <algorithm>
+#include <iterator>
 #include <map>
 
 namespace dlock::backends::redlock {
@@ -44,9 +45,11 @@ std::vector<LockInfo> agreed(const std::vector<LockInfo>& seen, std::size_t quor
 backend::Busy contended(const std::vector<backend::Busy>& refusals, std::size_t answered, std::size_t quorum,
                         milliseconds backoff) {
   // Every server that answered refused, naming the same holders (or none, for a writer's
-  // claim): sleep until a release rings or the first lease (or claim) ends. Otherwise the state
-  // is moving (a release or another acquisition under way on some servers, or votes split):
-  // try again after a short random back-off.
+  // claim), or all naming one holder whose release rings wherever the waiter sleeps (beside
+  // readers whose releases some servers have not seen yet): sleep until a release rings or
+  // the first lease (or claim) ends. Otherwise the state is moving (a release or another
+  // acquisition under way on some servers, or votes split): try again after a short random
+  // back-off.
   const auto owners = [](const backend::Busy& busy) {
     std::vector<std::pair<std::string_view, LockMode>> out;
     for (const auto& h : busy.holders) out.emplace_back(h.owner, h.mode);
@@ -56,12 +59,23 @@ backend::Busy contended(const std::vector<backend::Busy>& refusals, std::size_t 
   std::vector<LockInfo> seen;
   auto retry = milliseconds::max();
   bool alike = true;
+  std::vector<std::pair<std::string_view, LockMode>> everywhere;  // named by every refusal
   for (const auto& busy : refusals) {
     seen.insert(seen.end(), busy.holders.begin(), busy.holders.end());
     retry = std::min(retry, busy.retry_within);
-    alike = alike && owners(busy) == owners(refusals.front());
+    const auto here = owners(busy);
+    alike = alike && here == owners(refusals.front());
+    if (&busy == &refusals.front()) {
+      everywhere = here;
+    } else {
+      std::vector<std::pair<std::string_view, LockMode>> both;
+      std::set_intersection(everywhere.begin(), everywhere.end(), here.begin(), here.end(), std::back_inserter(both));
+      everywhere = std::move(both);
+    }
   }
-  if (alike && refusals.size() == answered && answered >= quorum) return {agreed(seen, quorum), retry};
+  if ((alike || !everywhere.empty()) && refusals.size() == answered && answered >= quorum) {
+    return {agreed(seen, quorum), retry};
+  }
   auto holders = agreed(seen, quorum, true);
   retry = backoff;
   for (const auto& h : holders) retry = std::min(retry, h.ttl_left);

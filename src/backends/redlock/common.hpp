@@ -3,6 +3,7 @@
 // What the parts of redlock:// share: its name in errors, the scripts it runs on every server,
 // and the keys of one lock those scripts take.
 
+#include <chrono>
 #include <cstddef>
 #include <string>
 #include <string_view>
@@ -16,12 +17,15 @@ namespace dlock::backends::redlock {
 
 inline const std::string kName = "redlock";
 
+// The longest random back-off of an attempt that no majority answered alike.
+inline constexpr std::chrono::milliseconds kMostBackoff{10};
+
 enum Script : std::size_t {
   kAcquire, kAcquireSet, kAdopt, kRenew, kRelease, kReleaseSet, kInspect, kForceRelease, kList, kCollect,
   kAddActivity, kSleep, kLeave
 };
 inline const std::vector<std::string_view> kSources = {
-    redis::lua::kAcquireLua, redis::lua::kAcquireSetLua, lua::kAdoptLua,         redis::lua::kRenewLua,
+    lua::kAcquireLua,        redis::lua::kAcquireSetLua, lua::kAdoptLua,         redis::lua::kRenewLua,
     lua::kReleaseLua,        lua::kReleaseSetLua,        redis::lua::kInspectLua, lua::kForceReleaseLua,
     redis::lua::kListLua,    redis::lua::kCollectLua,    redis::lua::kAddActivityLua, lua::kSleepLua,
     lua::kLeaveLua};

@@ -66,7 +66,7 @@ milliseconds validity(milliseconds ttl) { return std::max(ttl - drift(ttl), mill
 // split the votes spread out instead of colliding again.
 milliseconds backoff(milliseconds ttl) {
   thread_local std::mt19937 random{std::random_device{}()};
-  const auto most = std::clamp(ttl / 20, milliseconds(2), milliseconds(10));
+  const auto most = std::clamp(ttl / 20, milliseconds(2), kMostBackoff);
   return milliseconds(std::uniform_int_distribution<milliseconds::rep>(1, most.count())(random));
 }
 
@@ -143,7 +143,6 @@ class RedlockBackend final : public backend::Backend {
   const std::size_t quorum_ = servers_.quorum();
   const redis::StoreKeys store_{settings_.ns};
   const std::string alive_ms_ = std::to_string(kAlive.count());
-  const std::string no_waiter_ = "0";  // acquire.lua's alive_ms: redlock:// queues no one
   const std::string waiter_prefix_ = redis::random_hex();
   std::atomic<std::uint64_t> waiters_{0};
   std::vector<std::unique_ptr<redis::Subscriber>> subscribers_;  // force-release notices, one per server
@@ -155,10 +154,10 @@ RedlockBackend::RedlockBackend(Settings settings)
 
 backend::AcquireResult RedlockBackend::acquire(const backend::AcquireRequest& request) {
   const Keys keys = this->keys(request.key);
-  const redis::AcquireArgs args(request, false, "", no_waiter_, /*readers_claims=*/true);
+  const redis::AcquireArgs args(request, false, "", alive_ms_, /*readers_claims=*/true);
   const std::size_t need = needed(request.permits);
   const auto sent = Clock::now();
-  const auto answers = round({kAcquire, keys.lock.all(), everyone(args.get())},
+  const auto answers = round({kAcquire, keys.with_bell(), everyone(args.get())},
                              std::min(settings_.command_timeout, validity(request.ttl)));
   auto vote = votes<backend::Acquired, backend::Busy>(
       answers, [&](const redisReply* reply) { return redis::acquire_answer(request, reply); });
@@ -226,6 +225,14 @@ std::optional<backend::Acquired> RedlockBackend::settle(const backend::AcquireRe
     }
   }
   if (agreeing < needed(request.permits) || Clock::now() - sent >= validity(request.ttl)) return std::nullopt;
+  // A server that kept its own token (another reader there drew the decided one) holds what no
+  // renewal or release of this lease reaches: give it back, or it would refuse writers there
+  // until its lease ran out.
+  std::vector<Grant> strays;
+  for (const auto& g : grants) {
+    if (g.token != decided.token) strays.push_back(g);
+  }
+  undo(request, keys, strays);
   return decided;
 }
 

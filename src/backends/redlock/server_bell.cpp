@@ -30,7 +30,6 @@ void ServerBell::arm() {
 }
 
 bool ServerBell::wait_until(Clock::time_point deadline) {
-  woken_ = false;
   if (!server_) {
     // Registered nowhere: the attempt's holder lease or back-off bounds the wait.
     std::this_thread::sleep_until(std::min(deadline, Clock::now() + redis::kHeartbeat));
@@ -43,6 +42,16 @@ bool ServerBell::wait_until(Clock::time_point deadline) {
       now = Clock::now();
       const auto until = std::min(deadline, now + redis::kHeartbeat);
       if (until <= now) return false;
+      // Redis ends a BLPOP at its timeout on its timer, 10 times a second by default: a back-off
+      // of a few ms would last up to 100 ms, and every waiter backs off at once when no one
+      // has a majority. A wait that short (with the core's margin over it) sleeps here, then
+      // takes a bell rung meanwhile.
+      if (until - now <= 2 * kMostBackoff) {
+        std::this_thread::sleep_until(until);
+        const bool rung = !redis::is_nil((*connection_)->command({"LPOP", keys_.bell}).get());
+        woken_ = woken_ || rung;
+        return rung;
+      }
       const auto wait = std::max(std::chrono::ceil<milliseconds>(until - now), milliseconds(1));
       char seconds[32];
       std::snprintf(seconds, sizeof seconds, "%.3f", static_cast<double>(wait.count()) / 1000.0);

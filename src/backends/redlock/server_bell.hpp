@@ -48,7 +48,10 @@ class ServerBell final : public Bell {
   std::optional<std::size_t> server_;  // where this waiter is registered
   std::optional<redis::Pool::Lease> connection_;
   std::chrono::steady_clock::time_point registered_;
-  bool woken_ = false;  // the last wait took a bell, not passed on since
+  // A wait took a bell, not passed on since. Kept through waits that end without one: an
+  // attempt that backs off (a release seen by some servers only) neither uses nor passes it,
+  // and the attempt after the back-off may have to pass it (to the writer a claim keeps out).
+  bool woken_ = false;
 };
 
 }  // namespace dlock::backends::redlock

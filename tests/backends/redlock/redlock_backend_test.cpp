@@ -3,7 +3,8 @@
 // lease), a majority killed (a clean, prompt failure, and recovery once they return), a hung
 // server (one timeout, then left out), fencing tokens when the servers' counters differ, the
 // servers a semaphore needs, a set of keys granted by a minority, the readers' claim on every
-// server, and credentials. The conformance suite runs on redlock:// too
+// server, waking the readers a writer's claim held back, a reader's grant that kept another's
+// token given back, and credentials. The conformance suite runs on redlock:// too
 // (DLOCK_TEST_URLS).
 //
 // Every case skips without DLOCK_REDIS_URL (scripts/test.sh sets it when it runs Redis).
@@ -377,6 +378,52 @@ TEST_F(Redlock, AWaitingReaderClaimsTheKeyFromWritersOnEveryServerUntilTheNextGr
   for (int i = 0; i < 3; ++i) EXPECT_EQ(raw(servers_->url(i), {"EXISTS", claim}), "0") << "server " << i;
   ASSERT_EQ(backend->release({k, "r", std::get<backend::Acquired>(granted).token}), 0u);
   EXPECT_TRUE(std::holds_alternative<backend::Acquired>(backend->acquire({k, "w", 10s})));
+}
+
+// A writer's grant that ends a writer's claim which refused waiting readers wakes every waiter
+// (backend.hpp, "Shared holds"), so they find the writer and wait behind it; one that ends a
+// claim no reader met (writers waiting behind a writer) wakes none beyond the release's one.
+TEST_F(Redlock, AWritersGrantWakesEveryReaderItsClaimHeldBack) {
+  start(3);
+  if (IsSkipped()) return;
+  auto backend = backends::open_backend(core::Url::parse(url_));
+  for (const bool readers : {true, false}) {
+    const std::string k = key(readers ? "readers" : "writers");
+    const std::string bell = "dlock:{" + k + "}:bell";
+    const LockMode mode = readers ? LockMode::shared : LockMode::exclusive;
+    const auto holder = std::get<backend::Acquired>(backend->acquire({k, "h", 10s, mode}));
+    const backend::AcquireRequest writer{k, "w", 10s, LockMode::exclusive, 0, /*waiting=*/true};
+    ASSERT_TRUE(std::holds_alternative<backend::Busy>(backend->acquire(writer)));
+    std::vector<std::unique_ptr<backend::Waiter>> waiters;
+    for (const std::string owner : {"a", "b", "c"}) {
+      waiters.push_back(backend->waiter({k, owner, 10s, mode, 0, /*waiting=*/true}));
+      ASSERT_TRUE(std::holds_alternative<backend::Busy>(waiters.back()->attempt())) << owner;
+    }
+    ASSERT_EQ(backend->release({k, "h", holder.token}), 0u);
+    EXPECT_EQ(raw(servers_->url(0), {"LLEN", bell}), "1") << "a release rings one waiter";
+    ASSERT_TRUE(std::holds_alternative<backend::Acquired>(backend->acquire(writer)));
+    EXPECT_EQ(raw(servers_->url(0), {"LLEN", bell}), readers ? "3" : "1") << (readers ? "readers" : "writers");
+  }
+}
+
+// Concurrent readers may draw one another's tokens on different servers: an acquisition that
+// holds without a server where its token is another reader's gives its grant there back, since
+// no renewal or release of it would reach that grant, which would refuse writers there.
+TEST_F(Redlock, AReaderGivesBackAGrantThatKeptAnotherToken) {
+  start(3);
+  if (IsSkipped()) return;
+  auto backend = backends::open_backend(core::Url::parse(url_));
+  const std::string k = key();
+  const std::string shared = "dlock:{" + k + "}:sh";
+  // Server 0 draws 101 and has another reader under 105, which servers 1 and 2 draw.
+  raw(servers_->url(0), {"SET", "dlock:{" + k + "}:seq", "100"});
+  raw(servers_->url(0), {"HSET", shared, "105", "9999999999999 1 0 0 other"});
+  for (int i = 1; i < 3; ++i) raw(servers_->url(i), {"SET", "dlock:{" + k + "}:seq", "104"});
+  const auto reader = backend->acquire({k, "me", 10s, LockMode::shared});
+  ASSERT_TRUE(std::holds_alternative<backend::Acquired>(reader));
+  EXPECT_EQ(std::get<backend::Acquired>(reader).token, 105u);
+  EXPECT_EQ(raw(servers_->url(0), {"HEXISTS", shared, "101"}), "0") << "the grant under 101 was left on server 0";
+  EXPECT_EQ(raw(servers_->url(0), {"HEXISTS", shared, "105"}), "1");
 }
 
 // A readers' claim left on a minority of servers (placed on a writer's partial grant there, or

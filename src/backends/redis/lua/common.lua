@@ -19,7 +19,7 @@
 --   dlock:{K}:sh          hash of the shared holders: token -> "expires_ms holds acquired_ms
 --                         permits owner"; its PX covers the latest expires_ms
 --   dlock:{K}:wc          the writer's claim (backend.hpp): refuses new shared holders while it
---                         lives (PX kWriterClaim)
+--                         lives (PX kWriterClaim); '1', or '2' once it refused a waiting reader
 --   dlock:{K}:rc          the readers' claim (backend.hpp; redlock:// only), the token of the
 --                         writer it was placed on: refuses new writers while it lives (PX
 --                         kWriterClaim) and no grant has followed

@@ -7,6 +7,10 @@
 -- none: a release hands the key to the readers queued behind the writer (queue.lua).
 local readers_claims = false
 
+-- Whether this step's writer's grant ended a writer's claim that had refused a waiting reader
+-- (its value '2', retry_ms): redlock:// then wakes every waiter of the key (its acquire.lua).
+local readers_held_back = false
+
 local function parse_shared(token, value)
   local expires, holds, at, permits, owner = string.match(value, '^(%d+) (%d+) (%d+) (%d+) (%S+)$')
   return {owner = owner, token = token, holds = tonumber(holds), at = at, shared = true,
@@ -103,6 +107,7 @@ local function grant(L, owner, ttl, shared, permits)
     if readers_claims then redis.call('DEL', L.readers) end
   else
     redis.call('SET', L.lock, lock_value(token, 1, num(now_ms()), owner), 'PX', ttl)
+    readers_held_back = redis.call('GET', L.claim) == '2'
     redis.call('DEL', L.claim)
   end
   redis.call('ZADD', L.held, 0, L.key)

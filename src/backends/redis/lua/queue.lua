@@ -134,15 +134,19 @@ end
 -- How soon a refused request should look again: when the first holder's lease ends, or the
 -- claim that refused it does. A waiting writer places (or renews) the writer's claim, and a
 -- waiting reader that a writer refused the readers' claim on its token, where kept; either
--- looks again within half of it.
+-- looks again within half of it. A waiting reader the writer's claim refused marks it ('2',
+-- kept by the writer's renewals) for holders.lua's readers_held_back.
 local function retry_ms(L, x, s, why, shared, waiting, claim_ms)
   local retry = math.huge
   for _, h in ipairs(x and {x} or s) do retry = math.min(retry, pttl(L, h)) end
-  if why == 'claim' then retry = math.min(retry, redis.call('PTTL', L.claim)) end
+  if why == 'claim' then
+    retry = math.min(retry, redis.call('PTTL', L.claim))
+    if waiting then redis.call('SET', L.claim, '2', 'KEEPTTL') end
+  end
   if why == 'readers' then retry = math.min(retry, redis.call('PTTL', L.readers)) end
   local claim
   if waiting and not shared then
-    claim = {L.claim, '1'}
+    claim = {L.claim, redis.call('GET', L.claim) or '1'}
   elseif waiting and x and readers_claims then
     claim = {L.readers, x.token}
   end
