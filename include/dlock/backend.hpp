@@ -54,8 +54,9 @@
 // grant is still that token, a new exclusive holder is refused (Busy with no holders when the
 // key is free). The key's next grant ends it. The readers who waited for that holder then enter
 // together: a request with AcquireRequest::waited_behind set is not refused by a writer's claim,
-// so writers and batches of readers take turns. A writer's grant that ends its claim wakes every
-// waiter of the key, so the readers the claim held back find the writer and queue behind it.
+// so writers and batches of readers take turns. A writer's grant that ends a claim which held
+// back waiting readers wakes them (unless their wait ends by itself then), so that they find
+// the writer and queue behind it.
 // A queue store needs no claim: a shared entry holds only when no exclusive entry is ahead of
 // it (and fewer than its permits are), so a writer keeps its place in line. (redis:// without
 // fair=true keeps no claim yet, a known gap: docs/design.md.)
