@@ -5,6 +5,7 @@
 #include <string_view>
 
 #include "backends/sqlite/errors.hpp"
+#include "backends/sqlite/host.hpp"
 #include "backends/sqlite/rows.hpp"
 #include "backends/sqlite/statements.hpp"
 #include "backends/sqlite/transaction.hpp"
@@ -65,11 +66,13 @@ std::optional<backend::AcquireSetResult> acquire_set(Connection& connection,
   const auto set = json_set(requests, [](const backend::AcquireRequest& r) { return ttl_us(r.ttl); });
   if (!set || requests.empty()) return std::nullopt;
   Transaction transaction(connection);
+  // Under the transaction's write lock, as the statement's own read would be (kAcquireSetText).
+  const std::int64_t now = boot_time_us();
   std::vector<backend::Acquired> taken(requests.size());
   std::optional<backend::SetBusy> busy;
   {
     Query query(connection, kAcquireSet);
-    query.bind(1, *set).bind(2, requests.front().owner);
+    query.bind(1, *set).bind(2, requests.front().owner).bind(3, now);
     std::size_t rows = 0;
     for (; query.step(); ++rows) {
       const std::string key = query.text(0);
