@@ -37,7 +37,10 @@ void append_json_string(std::string& out, std::string_view text) {
 // the items have several owners.
 template <class Item, class Number>
 std::optional<std::string> json_set(std::span<const Item> items, Number number) {
+  std::size_t size = 2;
+  for (const Item& item : items) size += item.key.size() + 24;  // quotes, ':', a number, ','
   std::string json = "{";
+  json.reserve(size);
   for (const Item& item : items) {
     if (item.owner != items.front().owner) return std::nullopt;
     if (json.size() > 1) json += ',';
@@ -75,7 +78,7 @@ std::optional<backend::AcquireSetResult> acquire_set(Connection& connection,
     query.bind(1, *set).bind(2, requests.front().owner).bind(3, now);
     std::size_t rows = 0;
     for (; query.step(); ++rows) {
-      const std::string key = query.text(0);
+      const std::string_view key = query.view(0);
       const std::size_t i = index_of(requests, key, connection.path());
       if (auto refused = refusal(query, key, requests[i].owner, 1)) {
         if (!busy || i < busy->index) busy = backend::SetBusy{i, std::move(*refused)};
@@ -104,7 +107,7 @@ std::vector<std::optional<std::uint32_t>> release_set(Connection& connection,
   Query query(connection, kReleaseSet);
   query.bind(1, *set).bind(2, leases.front().owner);
   while (query.step()) {
-    left[index_of(leases, query.text(0), connection.path())] = static_cast<std::uint32_t>(query.int64(1));
+    left[index_of(leases, query.view(0), connection.path())] = static_cast<std::uint32_t>(query.int64(1));
   }
   return left;
 }
