@@ -136,11 +136,13 @@ void Query::run() {
   }
 }
 
-std::string Query::text(int column) const {
+std::string Query::text(int column) const { return std::string(view(column)); }
+
+std::string_view Query::view(int column) const {
   const auto* text = sqlite3_column_text(statement_, column);
   if (!text) return {};
-  return std::string(reinterpret_cast<const char*>(text),
-                     static_cast<std::size_t>(sqlite3_column_bytes(statement_, column)));
+  return std::string_view(reinterpret_cast<const char*>(text),
+                          static_cast<std::size_t>(sqlite3_column_bytes(statement_, column)));
 }
 
 void Query::check(int rc) const {

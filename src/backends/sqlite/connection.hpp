@@ -95,6 +95,8 @@ class Query {
 
   std::int64_t int64(int column) const { return sqlite3_column_int64(statement_, column); }
   std::string text(int column) const;
+  // The column's text without a copy, valid until the next step() or the end of the query.
+  std::string_view view(int column) const;
 
  private:
   void check(int rc) const;

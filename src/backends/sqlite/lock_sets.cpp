@@ -5,6 +5,7 @@
 #include <string_view>
 
 #include "backends/sqlite/errors.hpp"
+#include "backends/sqlite/host.hpp"
 #include "backends/sqlite/rows.hpp"
 #include "backends/sqlite/statements.hpp"
 #include "backends/sqlite/transaction.hpp"
@@ -36,7 +37,10 @@ void append_json_string(std::string& out, std::string_view text) {
 // the items have several owners.
 template <class Item, class Number>
 std::optional<std::string> json_set(std::span<const Item> items, Number number) {
+  std::size_t size = 2;
+  for (const Item& item : items) size += item.key.size() + 24;  // quotes, ':', a number, ','
   std::string json = "{";
+  json.reserve(size);
   for (const Item& item : items) {
     if (item.owner != items.front().owner) return std::nullopt;
     if (json.size() > 1) json += ',';
@@ -65,14 +69,16 @@ std::optional<backend::AcquireSetResult> acquire_set(Connection& connection,
   const auto set = json_set(requests, [](const backend::AcquireRequest& r) { return ttl_us(r.ttl); });
   if (!set || requests.empty()) return std::nullopt;
   Transaction transaction(connection);
+  // Under the transaction's write lock, as the statement's own read would be (kAcquireSetText).
+  const std::int64_t now = boot_time_us();
   std::vector<backend::Acquired> taken(requests.size());
   std::optional<backend::SetBusy> busy;
   {
     Query query(connection, kAcquireSet);
-    query.bind(1, *set).bind(2, requests.front().owner);
+    query.bind(1, *set).bind(2, requests.front().owner).bind(3, now);
     std::size_t rows = 0;
     for (; query.step(); ++rows) {
-      const std::string key = query.text(0);
+      const std::string_view key = query.view(0);
       const std::size_t i = index_of(requests, key, connection.path());
       if (auto refused = refusal(query, key, requests[i].owner, 1)) {
         if (!busy || i < busy->index) busy = backend::SetBusy{i, std::move(*refused)};
@@ -101,7 +107,7 @@ std::vector<std::optional<std::uint32_t>> release_set(Connection& connection,
   Query query(connection, kReleaseSet);
   query.bind(1, *set).bind(2, leases.front().owner);
   while (query.step()) {
-    left[index_of(leases, query.text(0), connection.path())] = static_cast<std::uint32_t>(query.int64(1));
+    left[index_of(leases, query.view(0), connection.path())] = static_cast<std::uint32_t>(query.int64(1));
   }
   return left;
 }

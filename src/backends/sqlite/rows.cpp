@@ -27,7 +27,7 @@ LockInfo row_info(const Query& query, std::string key, int first) {
 }
 
 std::optional<backend::Busy> refusal(const Query& query, std::string_view key, std::string_view owner, int first) {
-  const std::string holder = query.text(first);
+  const std::string_view holder = query.view(first);
   const std::int64_t claim_left = query.int64(first + 5);
   if ((holder.empty() || query.int64(first + 3) <= 0) && claim_left > 0) return backend::Busy{{}, ceil_ms(claim_left)};
   if (holder == owner && query.int64(first + 2) > 0) return std::nullopt;
