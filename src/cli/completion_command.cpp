@@ -7,6 +7,7 @@
 #include <cstdio>
 #include <memory>
 #include <string>
+#include <string_view>
 #include <vector>
 
 namespace dlock::cli {
@@ -27,8 +28,12 @@ void collect(const CLI::App& app, const std::string& path, std::vector<Command>&
 
 std::string join_names(const CLI::Option& option, const char* separator) {
   std::string names;
-  for (const auto& name : option.get_snames()) names += (names.empty() ? "" : separator) + ("-" + name);
-  for (const auto& name : option.get_lnames()) names += (names.empty() ? "" : separator) + ("--" + name);
+  const auto add = [&](std::string_view dashes, const std::string& name) {
+    if (!names.empty()) names += separator;
+    names.append(dashes).append(name);
+  };
+  for (const auto& name : option.get_snames()) add("-", name);
+  for (const auto& name : option.get_lnames()) add("--", name);
   return names;
 }
 
@@ -61,7 +66,8 @@ std::string bash_completion(const CLI::App& app) {
     auto options = named_options(*command);
     if (command != &app) options.insert(options.end(), global.begin(), global.end());
     for (const CLI::Option* option : options) {
-      names += (names.empty() ? "" : " ") + join_names(*option, " ");
+      if (!names.empty()) names += ' ';
+      names += join_names(*option, " ");
       if (option->get_expected_max() == 0) continue;  // a flag (--help and --version too)
       // A value: a file name where the option says FILE or PATH, else nothing to offer.
       const std::string type = option->get_type_name();

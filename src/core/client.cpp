@@ -174,7 +174,7 @@ std::uint32_t Client::release(std::string_view key, std::string_view owner, std:
   core::validate_owner(owner);
   const auto left = state_->backend->release({key, owner, token});
   if (!left) {
-    throw LockLostError("'" + std::string(key) + "' is not held by owner " + std::string(owner) + " with token " +
+    throw LockLostError(std::string("'").append(key) + "' is not held by owner " + std::string(owner) + " with token " +
                             std::to_string(token) +
                             " (it expired, was force-released or was taken over; a force-released key kept closed "
                             "for this holder is open now)",

@@ -47,7 +47,7 @@ std::string permits_text(std::uint32_t permits) {
 
 InvalidArgument permits_disagree(std::string_view key, std::uint32_t held, std::uint32_t asked,
                                  std::string_view state) {
-  return InvalidArgument("'" + std::string(key) + "' is " + std::string(state) + " with " + permits_text(held) +
+  return InvalidArgument(std::string("'").append(key) + "' is " + std::string(state) + " with " + permits_text(held) +
                              " and this request asks for " + permits_text(asked) +
                              ": every client of one semaphore or read-write lock must agree",
                          std::string(key));

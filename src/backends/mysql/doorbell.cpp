@@ -142,7 +142,8 @@ void DoorbellChannel::reconnect() {
   Pool::Lease fresh = backend_.take_unpinned();
   connection_.reset();
   connection_.emplace(std::move(fresh));
-  sessions_ += "," + std::to_string((*connection_)->id());
+  sessions_ += ',';
+  sessions_ += std::to_string((*connection_)->id());
 }
 
 void DoorbellChannel::drop() noexcept {

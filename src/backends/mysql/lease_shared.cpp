@@ -9,7 +9,7 @@ LeaseShared::LeaseShared(ModeBackend& backend, const std::string& table) : Share
   const std::string c = "`" + table + "_claim`";
   const std::string seq = "`" + table + "_seq`";
   const std::string now = "UTC_TIMESTAMP(6)";
-  const std::string shared = "'" + std::string(kSharedOwner) + "'";
+  const std::string shared = std::string("'").append(kSharedOwner).append("'");
   const std::string until = " + INTERVAL ? MICROSECOND";
   // The key's row, locked: as a holder (owner, token, holds, microseconds left, held for),
   // whether a woken waiter holding the doorbell is taking it over (lease_mode.cpp: released

@@ -16,7 +16,7 @@ constexpr const char* kOverdueUs = "1000000";
 
 const std::string kNow = "UTC_TIMESTAMP(6)";
 
-std::string shared_owner() { return "'" + std::string(kSharedOwner) + "'"; }
+std::string shared_owner() { return std::string("'").append(kSharedOwner).append("'"); }
 
 // A shared holder `s` is live while its session holds its lock (the bell parameter's, plus its
 // token), or, evicted with a lock delay or with lock_delay, until its lease ends.

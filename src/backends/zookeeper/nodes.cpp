@@ -82,7 +82,7 @@ std::string attempt_tag() {
 
 std::string node_prefix(std::string_view tag, std::string_view attempt, LockMode mode,
                         std::uint32_t permits) {
-  const std::string kind = mode == LockMode::exclusive ? "x" : "s" + std::to_string(permits);
+  const std::string kind = mode == LockMode::exclusive ? std::string("x") : std::string("s").append(std::to_string(permits));
   return std::string(tag) + "-" + std::string(attempt) + "-" + kind + "-";
 }
 

@@ -20,7 +20,7 @@ Settings parse_settings(const core::Url& url) {
                              "zookeeper");
   }
   settings.session.hosts = url.host;
-  if (url.port) settings.session.hosts += ":" + std::to_string(*url.port);
+  if (url.port) settings.session.hosts.append(":").append(std::to_string(*url.port));
   settings.session.user = url.user;
   settings.session.password = url.password;
   if (!url.password.empty() && url.user.empty()) {
