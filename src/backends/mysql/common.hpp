@@ -280,6 +280,12 @@ class DoorbellChannel final : public backend::Waiter {
   // keeps for the hold (the bell's name plus its token): the wake-up of a writer, or of a reader
   // behind a writer's claim, while a key is held shared, where no one holds the bell to ring.
   void wait_for_shared_holders(std::chrono::microseconds left);
+  // Sleeps the current back-off (if any), at most `left`.
+  void pause(std::chrono::microseconds left);
+  // After a wait begun at `start` that something ended: one that ended at once (a bell or lock
+  // free while the key was held) doubles the back-off, from 1 ms up to 250 ms; a real wait
+  // clears it.
+  void settle_backoff(std::chrono::steady_clock::time_point start);
 
   ModeBackend& backend_;
   std::string key_;

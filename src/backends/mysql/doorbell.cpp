@@ -65,14 +65,12 @@ void DoorbellChannel::wait_until(std::chrono::steady_clock::time_point deadline)
     // Nobody rings a bell this session holds: look again after a pause, and at once when the
     // evicted lease runs out (the holder's lease end bounds `deadline`).
     backoff_ = std::clamp(backoff_ * 2, std::chrono::milliseconds(1), std::chrono::milliseconds(250));
-    std::this_thread::sleep_for(std::min<std::chrono::microseconds>(backoff_, left));
+    pause(left);
     return;
   }
-  if (backoff_.count() > 0) {
-    // The doorbell was free while the key was held (its holder has no session ringing it):
-    // back off instead of spinning, up to the holder's lease end that bounds `deadline`.
-    std::this_thread::sleep_for(std::min<std::chrono::microseconds>(backoff_, left));
-  }
+  // The doorbell was free while the key was held (its holder has no session ringing it):
+  // back off instead of spinning, up to the holder's lease end that bounds `deadline`.
+  pause(left);
   const auto start = std::chrono::steady_clock::now();
   bool rang = false;
   try {
@@ -100,9 +98,16 @@ void DoorbellChannel::wait_until(std::chrono::steady_clock::time_point deadline)
     if (e.connection_broken) reconnect();
     return;
   }
-  if (!rang) return;
+  // Rang at once yet the key is held: its holder took it without the bell.
+  if (rang) settle_backoff(start);
+}
+
+void DoorbellChannel::pause(std::chrono::microseconds left) {
+  if (backoff_.count() > 0) std::this_thread::sleep_for(std::min<std::chrono::microseconds>(backoff_, left));
+}
+
+void DoorbellChannel::settle_backoff(std::chrono::steady_clock::time_point start) {
   if (std::chrono::steady_clock::now() - start < std::chrono::milliseconds(1)) {
-    // Rang at once yet the key is held: its holder took it without the bell.
     backoff_ = std::clamp(backoff_ * 2, std::chrono::milliseconds(1), std::chrono::milliseconds(250));
   } else {
     backoff_ = std::chrono::milliseconds(0);
@@ -110,7 +115,7 @@ void DoorbellChannel::wait_until(std::chrono::steady_clock::time_point deadline)
 }
 
 void DoorbellChannel::wait_for_shared_holders(std::chrono::microseconds left) {
-  if (backoff_.count() > 0) std::this_thread::sleep_for(std::min<std::chrono::microseconds>(backoff_, left));
+  pause(left);
   const auto start = std::chrono::steady_clock::now();
   const auto deadline = start + left;
   try {
@@ -129,11 +134,7 @@ void DoorbellChannel::wait_for_shared_holders(std::chrono::microseconds left) {
   }
   // Every lock was free at once, yet the key was held shared: a holder without one (its
   // session ended, its lease has not) is waited out by looking again after a growing pause.
-  if (std::chrono::steady_clock::now() - start < std::chrono::milliseconds(1)) {
-    backoff_ = std::clamp(backoff_ * 2, std::chrono::milliseconds(1), std::chrono::milliseconds(250));
-  } else {
-    backoff_ = std::chrono::milliseconds(0);
-  }
+  settle_backoff(start);
 }
 
 void DoorbellChannel::reconnect() {
