@@ -61,6 +61,7 @@ if(DLOCK_WITH_MYSQL)
     src/backends/mysql/connection.cpp
     src/backends/mysql/doorbell.cpp
     src/backends/mysql/lease_mode.cpp
+    src/backends/mysql/lease_sql.cpp
     src/backends/mysql/lease_shared.cpp
     src/backends/mysql/mysql_backend.cpp
     src/backends/mysql/pool.cpp
