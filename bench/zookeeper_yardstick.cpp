@@ -7,6 +7,9 @@
 //       - a lock cycle's server work: create of an EPHEMERAL_SEQUENTIAL child under a parent,
 //         getChildren of the parent, delete of that child (two writes, each committed to the
 //         transaction log before the reply); the three calls are also reported on their own;
+//       - a several-key lock's floor beside one key's: a create and a delete of one node, and a
+//         transaction (`zoo_multi`) creating a node under each of 4 parents, then one deleting
+//         the 4: the writes a set of 4 keys cannot do without, in as many round trips;
 //   - between two sessions in two processes, B (the holder) holding a node and A watching it
 //     with an exists-watch; B holds for the workload's hold (1 ms, as `dlock bench`
 //     contended) before it deletes, so the server and both clients wake from idle as in a
@@ -48,6 +51,8 @@ using Clock = std::chrono::steady_clock;
 constexpr const char* kRoot = "/dlock-yardstick";
 constexpr const char* kCycleParent = "/dlock-yardstick/cycle";
 constexpr const char* kHandoffParent = "/dlock-yardstick/handoff";
+constexpr const char* kSetParents[] = {"/dlock-yardstick/set0", "/dlock-yardstick/set1", "/dlock-yardstick/set2",
+                                       "/dlock-yardstick/set3"};
 
 void check(int rc, const char* what) {
   if (rc != ZOK) {
@@ -94,6 +99,8 @@ struct Session {
       std::perror("yardstick: zookeeper_init");
       std::exit(1);
     }
+    // As dlock does: else the client resolves the host list each time it polls its socket.
+    zoo_set_servers_resolution_delay(zh, 10'000);
     std::unique_lock lock(mu);
     if (!cv.wait_for(lock, std::chrono::seconds(15), [this] { return connected; })) {
       std::fprintf(stderr, "yardstick: no session with %s within 15 s\n", hosts.c_str());
@@ -346,6 +353,7 @@ int main(int argc, char** argv) {
   create_persistent(zh, kRoot);
   create_persistent(zh, kCycleParent);
   create_persistent(zh, kHandoffParent);
+  for (const char* parent : kSetParents) create_persistent(zh, parent);
 
   struct Primitive {
     const char* name;
@@ -378,6 +386,31 @@ int main(int argc, char** argv) {
                           create_us.push_back(us_between(t0, t1));
                           children_us.push_back(us_between(t1, t2));
                           delete_us.push_back(us_between(t2, t3));
+                        },
+                        {}});
+  primitives.push_back({"create EPHEMERAL_SEQUENTIAL + delete, 1 node (cycle)",
+                        [zh] {
+                          char path[256];
+                          check(zoo_create(zh, "/dlock-yardstick/set0/n-", "", 0, &ZOO_OPEN_ACL_UNSAFE,
+                                           ZOO_EPHEMERAL_SEQUENTIAL, path, sizeof path),
+                                "create");
+                          check(zoo_delete(zh, path, -1), "delete");
+                        },
+                        {}});
+  primitives.push_back({"multi create EPHEMERAL_SEQUENTIAL under 4 parents + multi delete of the 4 (cycle)",
+                        [zh] {
+                          constexpr int kKeys = std::size(kSetParents);
+                          char prefixes[kKeys][64], paths[kKeys][256];
+                          zoo_op_t ops[kKeys];
+                          zoo_op_result_t results[kKeys];
+                          for (int i = 0; i < kKeys; ++i) {
+                            std::snprintf(prefixes[i], sizeof prefixes[i], "%s/n-", kSetParents[i]);
+                            zoo_create_op_init(&ops[i], prefixes[i], "", 0, &ZOO_OPEN_ACL_UNSAFE,
+                                               ZOO_EPHEMERAL_SEQUENTIAL, paths[i], sizeof paths[i]);
+                          }
+                          check(zoo_multi(zh, kKeys, ops, results), "multi create");
+                          for (int i = 0; i < kKeys; ++i) zoo_delete_op_init(&ops[i], paths[i], -1);
+                          check(zoo_multi(zh, kKeys, ops, results), "multi delete");
                         },
                         {}});
   // Warm-up, not sampled: the server's JIT compiles its request path in the first thousands
@@ -428,5 +461,6 @@ int main(int argc, char** argv) {
 
   zoo_delete(zh, kCycleParent, -1);
   zoo_delete(zh, kHandoffParent, -1);
+  for (const char* parent : kSetParents) zoo_delete(zh, parent, -1);
   zoo_delete(zh, kRoot, -1);
 }
