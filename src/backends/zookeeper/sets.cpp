@@ -1,5 +1,6 @@
 #include "backends/zookeeper/sets.hpp"
 
+#include <algorithm>
 #include <utility>
 
 #include "backends/zookeeper/errors.hpp"
@@ -106,29 +107,53 @@ SetVerdict judge(std::span<const backend::AcquireRequest> requests, const std::v
   return {};
 }
 
-// Whether no key of the set has a node in its queue, all read in one round trip.
-bool queues_empty(Session& s, const std::string& root, std::span<const backend::AcquireRequest> requests) {
+// Whether no key of the set has a node in its queue, all read in one round trip; a key found
+// busy is remembered.
+bool queues_empty(Session& s, const std::string& root, std::span<const backend::AcquireRequest> requests,
+                  ContendedKeys& contended) {
   std::vector<Reply<std::vector<std::string>>> names;
   for (const auto& request : requests) names.push_back(s.children(key_path(root, request.key)));
   for (std::size_t i = 0; i < names.size(); ++i) {
     const int rc = names[i].rc();
     if (rc == ZNONODE) continue;
     check(rc, "acquire", requests[i].key);
-    if (!names[i].value().empty()) return false;
+    if (!names[i].value().empty()) {
+      contended.saw_busy(requests[i].key);
+      return false;
+    }
   }
   return true;
 }
 
 }  // namespace
 
+void ContendedKeys::saw_busy(std::string_view key) {
+  const auto now = std::chrono::steady_clock::now();
+  std::lock_guard lock(mutex_);
+  // Bounded by the keys busy within the memory: the older ones go as the map grows.
+  if (busy_since_.size() >= 1024) std::erase_if(busy_since_, [&](const auto& entry) { return now - entry.second > kMemory; });
+  if (auto place = busy_since_.find(key); place != busy_since_.end()) {
+    place->second = now;
+  } else {
+    busy_since_.emplace(std::string(key), now);
+  }
+}
+
+bool ContendedKeys::any(std::span<const backend::AcquireRequest> requests) {
+  const auto now = std::chrono::steady_clock::now();
+  std::lock_guard lock(mutex_);
+  if (busy_since_.empty()) return false;
+  return std::any_of(requests.begin(), requests.end(), [&](const backend::AcquireRequest& request) {
+    const auto place = busy_since_.find(request.key);
+    return place != busy_since_.end() && now - place->second <= kMemory;
+  });
+}
+
 std::optional<backend::AcquireSetResult> take_set(const std::shared_ptr<Session>& session,
                                                   const std::string& root,
                                                   std::span<const backend::AcquireRequest> requests,
-                                                  const Grant& grant) {
-  // A set's nodes, made in every key's queue and dropped when one key is busy, wake and reorder
-  // the waiters of every key: 8 processes on the same 2 keys took 62 sets/s so against 324 key by
-  // key. The set goes as one transaction only when every queue is empty.
-  if (!queues_empty(*session, root, requests)) return std::nullopt;
+                                                  const Grant& grant, ContendedKeys& contended) {
+  if (contended.any(requests) && !queues_empty(*session, root, requests, contended)) return std::nullopt;
   for (;;) {
     auto looks = enqueue_set(session, root, requests);
     Session& s = *session;
@@ -153,6 +178,7 @@ std::optional<backend::AcquireSetResult> take_set(const std::shared_ptr<Session>
       return taken;
     }
     const std::size_t i = *verdict.busy;
+    contended.saw_busy(requests[i].key);
     Reads reads;
     read_holders(s, root, requests[i].key, looks[i], reads);
     drop_set(s, looks, requests[i].key);

@@ -194,7 +194,8 @@ class ZooKeeperBackend final : public backend::Backend {
 
   std::optional<backend::AcquireSetResult> acquire_set(std::span<const backend::AcquireRequest> requests) override {
     return take_set(session(), settings_.root, requests,
-                    [this](const backend::AcquireRequest& request, const Look& look) { return granted(request, look); });
+                    [this](const backend::AcquireRequest& request, const Look& look) { return granted(request, look); },
+                    contended_);
   }
 
   // One transaction drops a hold of every lease whose node this client knows (sets.hpp); any
@@ -375,6 +376,7 @@ class ZooKeeperBackend final : public backend::Backend {
   std::mutex mutex_;  // guards session_; never held while waiting for an answer
   std::shared_ptr<Session> session_;
   HeldNodes held_;
+  ContendedKeys contended_;  // which sets read their queues first (sets.hpp)
 };
 
 // A waiting call's place in the queue: its node, made by the first attempt and kept until the

@@ -3,8 +3,8 @@
 // outside. A set refused at any key leaves no node in any queue (a node left behind would hold a
 // free key, or queue behind the busy key's holder); tokens per key rise across sets and single
 // acquisitions; a set and single acquisitions of its keys interleave; a set whose owner already
-// holds a key goes key by key; release_set keeps release()'s hold counts, and does nothing when
-// a node went.
+// holds a key goes key by key, and so does a set with a key this client found busy;
+// release_set keeps release()'s hold counts, and does nothing when a node went.
 //
 // One private standalone server for the suite (scripts/servers/zookeeper.sh); every case skips
 // when ZooKeeper is not installed.
@@ -74,32 +74,42 @@ class ZooKeeperSets : public ::testing::Test {
 test::ZooKeeperServers* ZooKeeperSets::servers_ = nullptr;
 
 // The busy key first, in the middle and last: every other key's node goes with the refusal, and
-// the busy key keeps its holder alone (no node of the set queued behind it).
-// A set whose keys are not all free goes key by key (nullopt) before it makes any node, so its
-// nodes never wake or reorder another call's waiters.
+// the busy key keeps its holder alone (no node of the set queued behind it). A client's first
+// set on those keys goes as one transaction and is refused at the busy key; once a key was
+// found busy, a set with it goes key by key (nullopt) before it makes any node, so its nodes
+// do not wake or reorder another call's waiters.
 TEST_F(ZooKeeperSets, ASetFindingOneKeyBusyLeavesNoNodeOnAnyKey) {
-  auto mine = open_backend();
   auto theirs = open_backend();
   const std::vector<std::string> keys{key("a"), key("b"), key("c")};
   for (std::size_t busy = 0; busy < keys.size(); ++busy) {
     SCOPED_TRACE("busy key " + keys[busy]);
+    auto mine = open_backend();
     const auto blocker = theirs->acquire(request(keys[busy], "them"));
     ASSERT_TRUE(std::holds_alternative<Acquired>(blocker));
     const auto token = std::get<Acquired>(blocker).token;
     const std::vector<AcquireRequest> set{request(keys[0], "me"), request(keys[1], "me"),
                                           request(keys[2], "me")};
-    EXPECT_FALSE(mine->acquire_set(set)) << "a set with a busy key was tried as one transaction";
-    for (std::size_t i = 0; i < keys.size(); ++i) {
-      const auto holders = theirs->inspect(keys[i]);
-      if (i != busy) {
-        EXPECT_TRUE(holders.empty()) << keys[i] << " kept the set's node";
-        continue;
+    const auto leaves_no_node = [&] {
+      for (std::size_t i = 0; i < keys.size(); ++i) {
+        const auto holders = theirs->inspect(keys[i]);
+        if (i != busy) {
+          EXPECT_TRUE(holders.empty()) << keys[i] << " kept the set's node";
+          continue;
+        }
+        const auto holder = sole_holder(holders);
+        ASSERT_TRUE(holder);
+        EXPECT_EQ(holder->token, token);
+        EXPECT_EQ(holder->waiters.value_or(99), 0u) << "the set's node stayed queued behind the holder";
       }
-      const auto holder = sole_holder(holders);
-      ASSERT_TRUE(holder);
-      EXPECT_EQ(holder->token, token);
-      EXPECT_EQ(holder->waiters.value_or(99), 0u) << "the set's node stayed queued behind the holder";
-    }
+    };
+    const auto first = mine->acquire_set(set);
+    ASSERT_TRUE(first) << "a set on keys this client had not found busy read the queues first";
+    const auto* refused = std::get_if<backend::SetBusy>(&*first);
+    ASSERT_NE(refused, nullptr) << "a set with a busy key was granted";
+    EXPECT_EQ(refused->index, busy);
+    leaves_no_node();
+    EXPECT_FALSE(mine->acquire_set(set)) << "a set with a key found busy was tried as one transaction";
+    leaves_no_node();
     ASSERT_EQ(theirs->release({keys[busy], "them", token}), 0u);
   }
 }
