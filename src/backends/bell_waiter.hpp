@@ -4,6 +4,7 @@
 // one-shot acquire(), and between them the waiter sleeps on a bell that releases ring (a
 // futex word, a condition variable, a BLPOP).
 
+#include <algorithm>
 #include <chrono>
 #include <memory>
 #include <string>
@@ -26,6 +27,8 @@ class Bell {
   virtual void pass_on() noexcept {}
   // The waiting call ends without the key: as pass_on().
   virtual void abandon() noexcept { pass_on(); }
+  // Wakes every waiter of the key. Empty where the store's own grant already wakes them.
+  virtual void ring_all() noexcept {}
 };
 
 class BellWaiter final : public backend::Waiter {
@@ -54,6 +57,15 @@ class BellWaiter final : public backend::Waiter {
     // writer's claim), since no holder of that key will ring when it leaves.
     const auto* busy = std::get_if<backend::Busy>(&result);
     if ((acquired_ && mode_ == LockMode::shared) || (busy && busy->holders.empty())) bell_->pass_on();
+    // A writer that readers kept waiting placed the writer's claim, which refuses the readers
+    // who came meanwhile; its grant ends the claim and wakes them all, so that they look again,
+    // find it and queue behind it (the readers' claim) rather than enter one ring at a time
+    // after it (backend.hpp, "Shared holds").
+    if (busy && mode_ == LockMode::exclusive) {
+      held_back_readers_ = held_back_readers_ || std::any_of(busy->holders.begin(), busy->holders.end(),
+                                                             [](const LockInfo& h) { return h.mode == LockMode::shared; });
+    }
+    if (acquired_ && held_back_readers_) bell_->ring_all();
     return result;
   }
   void wait_until(std::chrono::steady_clock::time_point deadline) override { bell_->wait_until(deadline); }
@@ -67,6 +79,7 @@ class BellWaiter final : public backend::Waiter {
   const std::uint32_t permits_;
   std::unique_ptr<Bell> bell_;
   bool acquired_ = false;
+  bool held_back_readers_ = false;  // an exclusive attempt was refused by shared holders
   std::uint64_t waited_behind_ = 0;  // the exclusive holder the last attempt found (AcquireRequest)
 };
 

@@ -78,6 +78,11 @@ class BoardBell final : public Bell {
     wake_one(word_, bit_);
   }
 
+  void ring_all() noexcept override {
+    std::atomic_ref<std::uint32_t>(*word_).fetch_add(1, std::memory_order_release);
+    futex(word_, FUTEX_WAKE_BITSET, INT_MAX, nullptr, bit_);
+  }
+
  private:
   std::shared_ptr<WakeBoard> board_;  // keeps word_ mapped
   std::uint32_t* word_;
