@@ -130,8 +130,12 @@ bool queues_empty(Session& s, const std::string& root, std::span<const backend::
 void ContendedKeys::saw_busy(std::string_view key) {
   const auto now = std::chrono::steady_clock::now();
   std::lock_guard lock(mutex_);
-  // Bounded by the keys busy within the memory: the older ones go as the map grows.
-  if (busy_since_.size() >= 1024) std::erase_if(busy_since_, [&](const auto& entry) { return now - entry.second > kMemory; });
+  // Bounded: the older entries go as the map grows, and if more keys than that were busy
+  // within the memory, all go (a set then goes at once, as on keys it never found busy).
+  if (busy_since_.size() >= kMostKeys) {
+    std::erase_if(busy_since_, [&](const auto& entry) { return now - entry.second > kMemory; });
+    if (busy_since_.size() >= kMostKeys) busy_since_.clear();
+  }
   if (auto place = busy_since_.find(key); place != busy_since_.end()) {
     place->second = now;
   } else {

@@ -31,6 +31,8 @@ class ContendedKeys {
  public:
   // How long a key found busy makes sets read first.
   static constexpr std::chrono::seconds kMemory{1};
+  // How many keys it remembers at most.
+  static constexpr std::size_t kMostKeys = 1024;
 
   void saw_busy(std::string_view key);
   bool any(std::span<const backend::AcquireRequest> requests);
