@@ -18,31 +18,20 @@
 #
 # Authentication is off: the cluster listens on loopback only and lives as long as a test run.
 set -euo pipefail
+. "$(dirname "${BASH_SOURCE[0]}")/common.sh"
 
 usage() {
   sed -n '2,18p' "$0" >&2
   exit 64
 }
 
-install_if_missing() {
-  local missing=()
-  for p in etcd-server etcd-client; do
-    dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")
-  done
-  [ ${#missing[@]} -eq 0 ] && return
-  echo "etcd.sh: installing ${missing[*]}" >&2
-  local sudo_cmd=()
-  [ "$(id -u)" -eq 0 ] || sudo_cmd=(sudo)
-  "${sudo_cmd[@]}" apt-get update -qq
-  # policy-rc.d keeps the package from starting the system-wide service.
-  DEBIAN_FRONTEND=noninteractive "${sudo_cmd[@]}" apt-get install -y -qq --no-install-recommends "${missing[@]}" >/dev/null
-}
+install_if_missing() { install_packages etcd.sh etcd-server etcd-client; }
 
 # Two free ports per member (client, peer) from 22379 on, as "client:peer" lines.
 free_ports() {
   local members=$1 port found=0
   for port in $(seq 22379 2 22477); do
-    if ! (echo >"/dev/tcp/127.0.0.1/$port") 2>/dev/null && ! (echo >"/dev/tcp/127.0.0.1/$((port + 1))") 2>/dev/null; then
+    if ! port_taken "$port" && ! port_taken $((port + 1)); then
       echo "$port:$((port + 1))"
       found=$((found + 1))
       [ "$found" -eq "$members" ] && return

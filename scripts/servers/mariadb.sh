@@ -24,25 +24,14 @@
 #
 # The passwords are fixed: the server listens on loopback only and lives as long as a test run.
 set -euo pipefail
+. "$(dirname "${BASH_SOURCE[0]}")/common.sh"
 
 usage() {
   sed -n '2,25p' "$0" >&2
   exit 64
 }
 
-install_if_missing() {
-  local missing=()
-  for p in mariadb-server mariadb-client; do
-    dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")
-  done
-  [ ${#missing[@]} -eq 0 ] && return
-  echo "mariadb.sh: installing ${missing[*]}" >&2
-  local sudo_cmd=()
-  [ "$(id -u)" -eq 0 ] || sudo_cmd=(sudo)
-  "${sudo_cmd[@]}" apt-get update -qq
-  # policy-rc.d keeps the package from starting the system-wide service.
-  DEBIAN_FRONTEND=noninteractive "${sudo_cmd[@]}" apt-get install -y -qq --no-install-recommends "${missing[@]}" >/dev/null
-}
+install_if_missing() { install_packages mariadb.sh mariadb-server mariadb-client; }
 
 server_args() {
   local dir=$1 port=$2 bind=127.0.0.1
@@ -94,24 +83,12 @@ wait_ready() {
   return 1
 }
 
-free_port() {
-  local port
-  for port in $(seq 23306 23399); do
-    (echo >"/dev/tcp/127.0.0.1/$port") 2>/dev/null || { echo "$port"; return; }
-  done
-  echo "mariadb.sh: no free port in 23306-23399" >&2
-  exit 69
-}
+free_port() { first_free_port mariadb.sh 23306 23399; }
 
 start() {
   local dir=$1 port=${2:-}
   install_if_missing
-  mkdir -p "$dir"
-  dir=$(cd "$dir" && pwd)
-  if [ -z "$port" ]; then
-    if [ -f "$dir/port" ]; then port=$(cat "$dir/port"); else port=$(free_port); fi
-  fi
-  echo "$port" >"$dir/port"
+  settle_dir_and_port
   if [ "${MARIADB_TLS:-0}" = 1 ] && [ ! -f "$dir/tls/server-cert.pem" ]; then make_certificates "$dir"; fi
   local fresh=0
   if [ ! -d "$dir/data/mysql" ]; then

@@ -20,6 +20,7 @@
 # The passwords are fixed: the server listens on loopback only and lives as long as a test run.
 # Durability is PostgreSQL's default (fsync, synchronous_commit on): benchmarks measure it.
 set -euo pipefail
+. "$(dirname "${BASH_SOURCE[0]}")/common.sh"
 
 bin=/usr/lib/postgresql/15/bin
 
@@ -28,15 +29,7 @@ usage() {
   exit 64
 }
 
-install_if_missing() {
-  dpkg-query -W -f='${Status}' postgresql-15 2>/dev/null | grep -q "install ok installed" && return
-  echo "postgres.sh: installing postgresql-15" >&2
-  local sudo_cmd=()
-  [ "$(id -u)" -eq 0 ] || sudo_cmd=(sudo)
-  "${sudo_cmd[@]}" apt-get update -qq
-  # policy-rc.d keeps the package from starting Debian's own cluster.
-  DEBIAN_FRONTEND=noninteractive "${sudo_cmd[@]}" apt-get install -y -qq --no-install-recommends postgresql-15 >/dev/null
-}
+install_if_missing() { install_packages postgres.sh postgresql-15; }
 
 # Runs a server binary as the user that owns the data directory.
 as_owner() {
@@ -49,14 +42,7 @@ superuser_sql() {
   as_owner "$bin/psql" -X -q -v ON_ERROR_STOP=1 -h "$dir/socket" -p "$port" -U postgres -d postgres "$@"
 }
 
-free_port() {
-  local port
-  for port in $(seq 25432 25499); do
-    (echo >"/dev/tcp/127.0.0.1/$port") 2>/dev/null || { echo "$port"; return; }
-  done
-  echo "postgres.sh: no free port in 25432-25499" >&2
-  exit 69
-}
+free_port() { first_free_port postgres.sh 25432 25499; }
 
 server_pid() {
   head -n 1 "$1/data/postmaster.pid" 2>/dev/null || true
@@ -65,12 +51,7 @@ server_pid() {
 start() {
   local dir=$1 port=${2:-}
   install_if_missing
-  mkdir -p "$dir"
-  dir=$(cd "$dir" && pwd)
-  if [ -z "$port" ]; then
-    if [ -f "$dir/port" ]; then port=$(cat "$dir/port"); else port=$(free_port); fi
-  fi
-  echo "$port" >"$dir/port"
+  settle_dir_and_port
   mkdir -p "$dir/socket"
   if [ "$(id -u)" -eq 0 ]; then
     chmod 711 "$dir"  # the server's user passes through to its own directories only

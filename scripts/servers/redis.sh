@@ -22,23 +22,14 @@
 #
 # The passwords are fixed: the servers listen on loopback only and live as long as a test run.
 set -euo pipefail
+. "$(dirname "${BASH_SOURCE[0]}")/common.sh"
 
 usage() {
   sed -n '2,24p' "$0" >&2
   exit 64
 }
 
-install_if_missing() {
-  command -v redis-server >/dev/null && command -v redis-cli >/dev/null && return
-  echo "redis.sh: installing redis-server" >&2
-  local sudo_cmd=()
-  [ "$(id -u)" -eq 0 ] || sudo_cmd=(sudo)
-  "${sudo_cmd[@]}" apt-get update -qq
-  # policy-rc.d keeps the package from starting the system-wide service.
-  DEBIAN_FRONTEND=noninteractive "${sudo_cmd[@]}" apt-get install -y -qq --no-install-recommends redis-server redis-tools >/dev/null
-}
-
-port_taken() { (echo >"/dev/tcp/127.0.0.1/$1") 2>/dev/null; }
+install_if_missing() { install_packages redis.sh redis-server redis-tools; }
 
 free_port() {
   local port

@@ -31,21 +31,14 @@
 # followers serve (the JVMs' start-up; the election itself ~0.3 s); after a leader's SIGKILL a
 # new leader in 0.5-0.7 s; `restart` of a node 1.3-1.5 s.
 set -euo pipefail
+. "$(dirname "${BASH_SOURCE[0]}")/common.sh"
 
 usage() {
   sed -n '2,32p' "$0" >&2
   exit 64
 }
 
-install_if_missing() {
-  dpkg-query -W -f='${Status}' zookeeper 2>/dev/null | grep -q "install ok installed" && return
-  echo "zookeeper.sh: installing zookeeper" >&2
-  local sudo_cmd=()
-  [ "$(id -u)" -eq 0 ] || sudo_cmd=(sudo)
-  "${sudo_cmd[@]}" apt-get update -qq
-  # policy-rc.d keeps the package from starting the system-wide service.
-  DEBIAN_FRONTEND=noninteractive "${sudo_cmd[@]}" apt-get install -y -qq --no-install-recommends zookeeper >/dev/null
-}
+install_if_missing() { install_packages zookeeper.sh zookeeper; }
 
 # The jars the server loads classes from (checked with -Xlog:class+load, standalone and in an
 # ensemble): zookeeper, zookeeper-jute, metrics-core, snappy-java, and slf4j bound to log4j 1.2
@@ -57,7 +50,6 @@ classpath() {
   echo "$j/zookeeper.jar:$j/zookeeper-jute.jar:$j/metrics-core.jar:$j/snappy-java.jar:$j/slf4j-api.jar:$j/slf4j-log4j12.jar:$j/log4j-1.2.jar"
 }
 
-port_taken() { (echo >"/dev/tcp/127.0.0.1/$1") 2>/dev/null; }
 
 # Sets `port` to a client port nobody listens on and start() has not handed out yet. An
 # ensemble node's quorum and election ports are derived from it (+300, +600), free too: a
