@@ -19,13 +19,8 @@ set -a
 . "$dir/env"
 set +a
 
-if ! pkg-config --exists libpq; then
-  echo "postgres.sh: installing libpq-dev" >&2
-  sudo_cmd=()
-  [ "$(id -u)" -eq 0 ] || sudo_cmd=(sudo)
-  "${sudo_cmd[@]}" apt-get update -qq
-  DEBIAN_FRONTEND=noninteractive "${sudo_cmd[@]}" apt-get install -y -qq --no-install-recommends libpq-dev >/dev/null
-fi
+. scripts/servers/common.sh
+install_packages bench/postgres.sh libpq-dev
 yardstick=$dir/yardstick
 g++ -O2 -std=c++20 bench/postgres_yardstick.cpp $(pkg-config --cflags --libs libpq) -o "$yardstick"
 "$yardstick" "$DLOCK_PG_URL" "${ITERATIONS:-20000}"
