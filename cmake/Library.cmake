@@ -20,7 +20,7 @@ if(DLOCK_WITH_SQLITE)
     endif()
   endif()
 endif()
-if(DLOCK_WITH_MYSQL OR DLOCK_WITH_REDIS)
+if(DLOCK_WITH_MYSQL OR DLOCK_WITH_REDIS OR DLOCK_WITH_ETCD)
   find_package(PkgConfig REQUIRED)
 endif()
 if(DLOCK_WITH_MYSQL)
@@ -32,6 +32,11 @@ endif()
 if(DLOCK_WITH_ZOOKEEPER)
   list(APPEND CMAKE_MODULE_PATH ${PROJECT_SOURCE_DIR}/cmake)
   find_package(ZooKeeper 3.5 REQUIRED)
+endif()
+if(DLOCK_WITH_ETCD)
+  pkg_check_modules(Grpc REQUIRED IMPORTED_TARGET grpc++ protobuf)
+  find_program(DLOCK_PROTOC protoc REQUIRED)
+  find_program(DLOCK_GRPC_CPP_PLUGIN grpc_cpp_plugin REQUIRED)
 endif()
 
 configure_file(${PROJECT_SOURCE_DIR}/cmake/version.hpp.in ${PROJECT_BINARY_DIR}/include/dlock/version.hpp @ONLY)
@@ -131,6 +136,44 @@ if(DLOCK_WITH_ZOOKEEPER)
   # zookeeper.h declares the multi-threaded client's API only with THREADED.
   target_compile_definitions(dlock_objects PRIVATE DLOCK_WITH_ZOOKEEPER=1 THREADED)
 endif()
+if(DLOCK_WITH_ETCD)
+  # The etcd backend's objects apart: the code protoc and grpc_cpp_plugin generate from
+  # rpc.proto (the subset of etcd's API used) compiles without dlock's warnings, and only
+  # these files see it. The registry alone needs to know the backend is there.
+  set(etcd_generated ${PROJECT_BINARY_DIR}/generated/etcd)
+  set(etcd_proto ${PROJECT_SOURCE_DIR}/src/backends/etcd/proto/rpc.proto)
+  add_custom_command(
+    OUTPUT ${etcd_generated}/rpc.pb.cc ${etcd_generated}/rpc.pb.h ${etcd_generated}/rpc.grpc.pb.cc
+      ${etcd_generated}/rpc.grpc.pb.h
+    COMMAND ${CMAKE_COMMAND} -E make_directory ${etcd_generated}
+    COMMAND ${DLOCK_PROTOC} -I ${PROJECT_SOURCE_DIR}/src/backends/etcd/proto --cpp_out=${etcd_generated}
+      --grpc_out=${etcd_generated} --plugin=protoc-gen-grpc=${DLOCK_GRPC_CPP_PLUGIN} rpc.proto
+    DEPENDS ${etcd_proto} COMMENT "Generating etcd's gRPC stubs from rpc.proto" VERBATIM)
+  add_library(dlock_etcd_proto OBJECT ${etcd_generated}/rpc.pb.cc ${etcd_generated}/rpc.grpc.pb.cc)
+  target_include_directories(dlock_etcd_proto PUBLIC ${etcd_generated})
+  target_compile_options(dlock_etcd_proto PUBLIC ${Grpc_CFLAGS_OTHER})
+  add_library(dlock_etcd OBJECT
+    src/backends/etcd/admin.cpp
+    src/backends/etcd/connection.cpp
+    src/backends/etcd/errors.cpp
+    src/backends/etcd/etcd_backend.cpp
+    src/backends/etcd/held_nodes.cpp
+    src/backends/etcd/nodes.cpp
+    src/backends/etcd/queue.cpp
+    src/backends/etcd/session.cpp
+    src/backends/etcd/settings.cpp
+    src/backends/etcd/watches.cpp)
+  target_include_directories(dlock_etcd SYSTEM PRIVATE ${etcd_generated})
+  target_include_directories(dlock_etcd PRIVATE ${PROJECT_SOURCE_DIR}/src)
+  target_compile_options(dlock_etcd PRIVATE ${Grpc_CFLAGS_OTHER})
+  target_link_libraries(dlock_etcd PRIVATE dlock_warnings)
+  add_dependencies(dlock_etcd dlock_etcd_proto)
+  foreach(target dlock_etcd_proto dlock_etcd)
+    set_target_properties(${target} PROPERTIES CXX_VISIBILITY_PRESET hidden VISIBILITY_INLINES_HIDDEN ON
+      POSITION_INDEPENDENT_CODE "${BUILD_SHARED_LIBS}")
+  endforeach()
+  set_property(SOURCE src/backends/registry.cpp APPEND PROPERTY COMPILE_DEFINITIONS DLOCK_WITH_ETCD=1)
+endif()
 if(DLOCK_WITH_SQLITE)
   target_sources(dlock_objects PRIVATE
     src/backends/sqlite/connection.cpp
@@ -163,8 +206,14 @@ function(dlock_usage_requirements target)
   endif()
 endfunction()
 dlock_usage_requirements(dlock_objects)
+if(DLOCK_WITH_ETCD)
+  dlock_usage_requirements(dlock_etcd)
+endif()
 
 add_library(dlock $<TARGET_OBJECTS:dlock_objects>)
+if(DLOCK_WITH_ETCD)
+  target_sources(dlock PRIVATE $<TARGET_OBJECTS:dlock_etcd> $<TARGET_OBJECTS:dlock_etcd_proto>)
+endif()
 add_library(dlock::dlock ALIAS dlock)
 dlock_usage_requirements(dlock)
 # 0.x: any minor release may change the ABI (dlockConfigVersion.cmake says SameMinorVersion),
@@ -183,6 +232,9 @@ if(DLOCK_WITH_REDIS)
 endif()
 if(DLOCK_WITH_ZOOKEEPER)
   target_link_libraries(dlock PRIVATE ZooKeeper::zookeeper_mt)
+endif()
+if(DLOCK_WITH_ETCD)
+  target_link_libraries(dlock PRIVATE PkgConfig::Grpc)
 endif()
 
 # Linking objects directly adds them to dlock_internal; its consumers get the usage requirements.
@@ -207,4 +259,7 @@ endif()
 if(DLOCK_WITH_ZOOKEEPER)
   # By name, like MariaDB and hiredis, so that the -static tool picks the archive.
   target_link_libraries(dlock_internal PUBLIC zookeeper_mt)
+endif()
+if(DLOCK_WITH_ETCD)
+  target_link_libraries(dlock_internal PUBLIC dlock_etcd dlock_etcd_proto ${Grpc_LIBRARIES})
 endif()

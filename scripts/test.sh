@@ -8,18 +8,21 @@
 # A private MariaDB (scripts/servers/mariadb.sh: its own data directory in /tmp, a free port
 # on 127.0.0.1, and TLS, which mysql:// connections use as ssl-mode=preferred asks and the TLS
 # tests need) and three private Redis servers (scripts/servers/redis.sh, likewise; redlock://
-# runs over the three) and a private standalone ZooKeeper (scripts/servers/zookeeper.sh) run for
-# the length of the run, stopped and deleted on exit. The
+# runs over the three), a private standalone ZooKeeper (scripts/servers/zookeeper.sh) and a
+# private single-member etcd (scripts/servers/etcd.sh) run for the length of the run, stopped
+# and deleted on exit. The
 # conformance suite runs over them (DLOCK_TEST_URLS), and so do the mysql and redis fault tests
 # (DLOCK_MYSQL_*, DLOCK_REDIS_*); the redlock fault tests start servers of their own.
 #
 #   DLOCK_NO_MARIADB=1        start no MariaDB: the mysql:// cases are skipped or not listed
 #   DLOCK_NO_REDIS=1          start no Redis: the redis:// cases are skipped or not listed
 #   DLOCK_NO_ZOOKEEPER=1      start no ZooKeeper: the zookeeper:// cases are skipped or not listed
+#   DLOCK_NO_ETCD=1           start no etcd: the etcd:// cases are skipped or not listed
 #   DLOCK_TEST_URLS="URL ..." the servers the conformance suite runs over (default: one URL
 #                             per mode in DLOCK_TEST_MYSQL_MODES on the private MariaDB, and the
-#                             private Redis plain and with fair=true, redlock:// over three, and
-#                             the private ZooKeeper with 2 s sessions)
+#                             private Redis plain and with fair=true, redlock:// over three, the
+#                             private ZooKeeper with 2 s sessions and the private etcd with 2 s
+#                             leases)
 #   DLOCK_TEST_MYSQL_MODES    the mysql:// modes tested (default below)
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -70,6 +73,18 @@ if [ "${DLOCK_NO_ZOOKEEPER:-0}" != 1 ]; then
   # Sessions (the leases) of 2 s: a dead holder's key frees within the suite's patience.
   urls+=("$DLOCK_ZK_URL/dlock-test?session_timeout=2s")
   export DLOCK_ZOOKEEPER_URL="$DLOCK_ZK_URL"  # the serve and browser tests add a path of their own
+fi
+if [ "${DLOCK_NO_ETCD:-0}" != 1 ]; then
+  etcd_dir=$(mktemp -d /tmp/dlock-etcd.XXXXXX)
+  cleanup+=("scripts/servers/etcd.sh stop '$etcd_dir'; rm -rf '$etcd_dir'")
+  scripts/servers/etcd.sh start "$etcd_dir" >/dev/null
+  set -a
+  # shellcheck disable=SC1091
+  . "$etcd_dir/env"
+  set +a
+  echo "test.sh: etcd on 127.0.0.1:$DLOCK_ETCD_PORTS (data in $etcd_dir)"
+  # Leases of 2 s: a dead holder's key frees within the suite's patience.
+  urls+=("$DLOCK_ETCD_URL/dlock-test?ttl=2s")
 fi
 [ -n "${DLOCK_TEST_URLS+set}" ] || export DLOCK_TEST_URLS="${urls[*]}"
 

@@ -15,6 +15,9 @@
 #if DLOCK_WITH_ZOOKEEPER
 #include "backends/zookeeper/zookeeper_backend.hpp"
 #endif
+#if DLOCK_WITH_ETCD
+#include "backends/etcd/etcd_backend.hpp"
+#endif
 
 namespace dlock::backends {
 
@@ -34,6 +37,9 @@ std::shared_ptr<backend::Backend> open_backend(const core::Url& url) {
 #if DLOCK_WITH_ZOOKEEPER
   if (url.scheme == "zookeeper") return make_zookeeper_backend(url);
 #endif
+#if DLOCK_WITH_ETCD
+  if (url.scheme == "etcd") return make_etcd_backend(url);
+#endif
   std::string built_in = "local://";
 #if DLOCK_WITH_SQLITE
   built_in += ", sqlite://PATH";
@@ -46,6 +52,9 @@ std::shared_ptr<backend::Backend> open_backend(const core::Url& url) {
 #endif
 #if DLOCK_WITH_ZOOKEEPER
   built_in += ", zookeeper://HOST:PORT[,HOST:PORT...]/PATH";
+#endif
+#if DLOCK_WITH_ETCD
+  built_in += ", etcd://HOST:PORT[,HOST:PORT...]/PREFIX";
 #endif
   throw ConfigurationError("unknown backend '" + url.scheme + "://' in URL " + url.redacted() +
                            " (this build supports: " + built_in + ")");

@@ -139,6 +139,18 @@ std::vector<BackendParam> all_backends() {
           {"zookeeper://:secret@127.0.0.1:2181/dlock", {"user"}},
       };
     }
+    if (scheme == "etcd") {
+      p.bad_location_url = "etcd://127.0.0.1:1/dlock?connect_timeout=1s";  // nothing listens on port 1
+      p.bad_location_names = "127.0.0.1:1";
+      p.malformed_urls = {
+          {"etcd://127.0.0.1:2379/dlock?ttl=soon", {"ttl"}},
+          {"etcd://127.0.0.1:2379/dlock?ttl=1500ms", {"whole"}},
+          {"etcd:///dlock", {"servers"}},
+          {"etcd://127.0.0.1:2379,127.0.0.1/dlock", {"port"}},
+          {"etcd://127.0.0.1:2379/a//b", {"prefix"}},
+          {"etcd://:secret@127.0.0.1:2379/dlock", {"user"}},
+      };
+    }
     params.push_back(std::move(p));
   }
   return params;

@@ -1,0 +1,370 @@
+// etcd://: the lock recipe of etcd's own concurrency package, with dlock's semantics on top.
+// A client's session is one lease, kept alive in the background (session.hpp); every
+// acquisition or waiter puts a node of its own under that lease in the key's directory, and the
+// node with the lowest create revision holds (nodes.hpp). A try-once acquire puts its node only
+// if the directory is empty, so a busy key never sees it; a waiter joins the queue and watches
+// only the node just before its own, so a release wakes one waiter (FIFO, no herd), which then
+// reads the queue once. The fencing token is the holder node's create revision, which the
+// cluster never reuses or lowers (restarts, leader changes). Every later write of a holder's
+// node (re-entry, release, force-release) compares that create revision, so a late call cannot
+// touch a newer holder.
+
+#include "backends/etcd/etcd_backend.hpp"
+
+#include <algorithm>
+#include <condition_variable>
+#include <mutex>
+#include <string>
+#include <utility>
+
+#include "backends/etcd/admin.hpp"
+#include "backends/etcd/connection.hpp"
+#include "backends/etcd/held_nodes.hpp"
+#include "backends/etcd/nodes.hpp"
+#include "backends/etcd/queue.hpp"
+#include "backends/etcd/session.hpp"
+#include "backends/etcd/settings.hpp"
+#include "backends/etcd/watches.hpp"
+#include "dlock/errors.hpp"
+
+namespace dlock::backends {
+namespace etcd {
+namespace {
+
+using std::chrono::milliseconds;
+
+// How many times a call starts over when the queue changed under it before giving up.
+constexpr int kAttempts = 100;
+
+// Wakes one waiting call: the node before its own went, or the watch stream broke.
+struct Signal {
+  std::mutex mutex;
+  std::condition_variable cv;
+  bool fired = false;
+  void fire() {
+    {
+      std::lock_guard lock(mutex);
+      fired = true;
+    }
+    cv.notify_all();
+  }
+};
+
+class EtcdBackend final : public backend::Backend {
+ public:
+  explicit EtcdBackend(const Settings& settings)
+      : connection_(std::make_shared<Connection>(settings)), root_(settings.root) {}
+
+  ~EtcdBackend() override {
+    watches_.close();  // no watch reaches held_ or a session from now on
+    std::shared_ptr<Session> session;
+    {
+      std::lock_guard lock(mutex_);
+      session.swap(session_);
+    }
+    session.reset();  // revokes the lease: this client's nodes go at once
+  }
+
+  std::string_view name() const noexcept override { return kName; }
+  backend::Capabilities capabilities() const noexcept override {
+    // A holder's node lives as long as its client's lease, which the client keeps alive: a
+    // killed holder frees the key when the cluster expires the lease, a closed client at once.
+    // etcd keeps no time of a node's creation: held_for is not known.
+    return {.spans_processes = true,
+            .lease_is_the_session = true,
+            .counts_waiters = true,
+            .names_waiters = true,
+            .notifies_evictions = true};
+  }
+
+  backend::AcquireResult acquire(const backend::AcquireRequest& request) override {
+    for (int attempt = 0; attempt < kAttempts; ++attempt) {
+      const auto s = session();
+      const std::string node = new_node(root_, request.key, s->id());
+      const NodeValue value{std::string(request.owner), 1, s->ttl(), false};
+      auto take = take_if_free(*connection_, root_, request.key, node, value, s->id());
+      if (take.taken) {
+        pb::KeyValue made;
+        made.set_key(node);
+        made.set_create_revision(*take.taken);
+        made.set_mod_revision(*take.taken);
+        return granted(request, made, value, *take.taken);
+      }
+      if (auto result = reenter_or_busy(request, take.holder)) return *result;
+    }
+    throw changing(request.key, "acquire");
+  }
+
+  std::unique_ptr<backend::Waiter> waiter(const backend::AcquireRequest& request) override;
+
+  bool renew(const backend::LeaseRef& lease, milliseconds) override {
+    std::int64_t revision = 0;
+    const auto place = find(lease, &revision);
+    if (!place || place->value.evicted) return false;
+    // Each renewal watches the node again if the last watch fired: a force-release reaches the
+    // holder at once.
+    held_.remember(lease, place->node, place->value);
+    held_.arm(lease, revision + 1);
+    return true;
+  }
+
+  std::optional<std::uint32_t> release(const backend::LeaseRef& lease) override {
+    for (int attempt = 0; attempt < kAttempts; ++attempt) {
+      const auto place = find(lease);
+      if (!place) return std::nullopt;
+      if (place->value.evicted) {
+        // The evicted holder's release acknowledges the loss: the key opens, and the answer is
+        // that the lease was no longer ours.
+        held_.releasing(lease);
+        remove_node(*connection_, place->node.key(), place->node.create_revision(), lease.key);
+        held_.forget(lease);
+        return std::nullopt;
+      }
+      if (place->value.holds <= 1) {
+        held_.releasing(lease);
+        if (remove_unchanged(*connection_, place->node, lease.key)) {
+          held_.forget(lease);
+          return 0;
+        }
+      } else {
+        NodeValue value = place->value;
+        --value.holds;
+        if (const auto written = rewrite(*connection_, place->node, value, lease.key)) {
+          pb::KeyValue node = place->node;
+          node.set_mod_revision(*written);
+          held_.remember(lease, node, value);
+          return value.holds;
+        }
+      }
+      // Changed since this client saw it (another client's re-entry, a force-release): read it
+      // again.
+      held_.forget(lease);
+    }
+    throw changing(lease.key, "release");
+  }
+
+  std::vector<LockInfo> inspect(std::string_view key) override { return inspect_key(*connection_, root_, key); }
+
+  ListPage list(std::string_view prefix, std::string_view after, std::size_t limit) override {
+    return list_keys(*connection_, root_, prefix, after, limit);
+  }
+
+  std::vector<LockInfo> force_release(std::string_view key, Eviction eviction,
+                                      std::optional<std::uint64_t> token) override {
+    return evict(*connection_, root_, key, eviction, token);
+  }
+
+  bool watch(std::shared_ptr<backend::Events> events) override {
+    held_.report_to(std::move(events));
+    return true;
+  }
+
+  void ping() override {
+    pb::RangeRequest request;
+    request.set_key(root_);
+    request.set_serializable(true);
+    request.set_count_only(true);
+    connection_->range(request, "ping", {});
+  }
+
+  // ---- for the waiter ----
+
+  // The client's session, granted on first use and again after a loss.
+  std::shared_ptr<Session> session() {
+    {
+      std::lock_guard lock(mutex_);
+      if (session_ && !session_->over()) return session_;
+    }
+    // A grant is a round trip: not under mutex_. Two threads may both grant; the first to
+    // finish is kept, the other's lease revoked.
+    auto fresh = std::make_shared<Session>(connection_, [this](const std::string& why) { held_.session_lost(why); });
+    std::shared_ptr<Session> old;  // destroyed outside mutex_
+    std::lock_guard lock(mutex_);
+    if (session_ && !session_->over()) return session_;
+    old = std::exchange(session_, std::move(fresh));
+    return session_;
+  }
+
+  Connection& connection() { return *connection_; }
+  const std::string& root() const { return root_; }
+
+  // The caller's node holds: the lease's now, watched for a force-release.
+  backend::Acquired granted(const backend::AcquireRequest& request, const pb::KeyValue& node, const NodeValue& value,
+                            std::int64_t revision) {
+    const auto token = static_cast<std::uint64_t>(node.create_revision());
+    const backend::LeaseRef lease{request.key, request.owner, token};
+    held_.remember(lease, node, value);
+    held_.arm(lease, revision + 1);
+    return backend::Acquired{token, 1, std::nullopt, value.ttl};
+  }
+
+  // The queue's holder is not the caller's node: a re-entry when it is the owner's (dropping
+  // `own`, the caller's node, with it), else Busy naming it. Nothing when the holder changed
+  // meanwhile.
+  std::optional<backend::AcquireResult> reenter_or_busy(const backend::AcquireRequest& request, const Queue& queue,
+                                                        const std::string& own = {}) {
+    if (queue.nodes.empty()) return std::nullopt;
+    const pb::KeyValue& holder = queue.nodes.front();
+    auto value = from_value(holder.value());
+    if (!value) {
+      throw BackendError("the first node of '" + std::string(request.key) + "' (" + holder.key() +
+                             ") is not dlock's: remove it, or give dlock a prefix of its own (etcd://HOST:PORT/PREFIX)",
+                         kName, std::string(request.key));
+    }
+    if (value->owner != request.owner || value->evicted) {
+      // A holder's node goes when it releases or its lease ends, and a watch fires; the core's
+      // bound on the wait is only a fallback.
+      return backend::Busy{{to_info(request.key, holder, *value, static_cast<std::size_t>(queue.count) - 1)},
+                           std::max(value->ttl, milliseconds(1000))};
+    }
+    ++value->holds;
+    const auto written = rewrite(*connection_, holder, *value, request.key, own);
+    if (!written) return std::nullopt;
+    pb::KeyValue node = holder;
+    node.set_mod_revision(*written);
+    const auto token = static_cast<std::uint64_t>(holder.create_revision());
+    held_.remember({request.key, request.owner, token}, node, *value);
+    return backend::Acquired{token, value->holds, std::nullopt, value->ttl};
+  }
+
+ private:
+  // The node of an acquisition: as this client remembers it, or found in the key's queue (a
+  // client of the same owner took it, or re-entered it since). `revision`: the read's.
+  std::optional<Place> find(const backend::LeaseRef& lease, std::int64_t* revision = nullptr) {
+    const auto known = held_.find(lease);
+    std::optional<pb::KeyValue> node;
+    if (known) {
+      node = read_node(*connection_, known->node.key(), lease.key, revision);
+    } else {
+      const Queue queue = read_queue(*connection_, root_, lease.key, 1);
+      if (revision) *revision = queue.revision;
+      if (!queue.nodes.empty()) node = queue.nodes.front();
+    }
+    if (!node || static_cast<std::uint64_t>(node->create_revision()) != lease.token) {
+      held_.forget(lease);
+      return std::nullopt;
+    }
+    const auto value = from_value(node->value());
+    if (!value || value->owner != lease.owner) return std::nullopt;
+    return Place{*node, *value};
+  }
+
+  static BackendError changing(std::string_view key, const std::string& what) {
+    return BackendError("'" + std::string(key) + "' kept changing during " + what, kName, std::string(key), true);
+  }
+
+  const std::shared_ptr<Connection> connection_;
+  const std::string root_;
+  std::mutex mutex_;  // guards session_; never held while waiting for an answer
+  std::shared_ptr<Session> session_;
+  Watches watches_{connection_};
+  HeldNodes held_{watches_, [this](std::function<void()> notice) {
+                    std::shared_ptr<Session> s;
+                    {
+                      std::lock_guard lock(mutex_);
+                      s = session_;
+                    }
+                    if (s) {
+                      s->keep_alive_then(std::move(notice));
+                    } else {
+                      notice();
+                    }
+                  }};
+
+ public:
+  Watches& watches() { return watches_; }
+};
+
+// A waiting call's place in the queue: its node, made by the first attempt and kept until the
+// call ends, and a watch on the node just before it.
+class QueueWaiter final : public backend::Waiter {
+ public:
+  QueueWaiter(EtcdBackend& backend, const backend::AcquireRequest& request)
+      : backend_(backend), key_(request.key), owner_(request.owner), ttl_(request.ttl) {}
+  ~QueueWaiter() override {
+    cancel_watch();
+    if (node_.empty()) return;
+    try {
+      remove_node(backend_.connection(), node_, created_, key_);
+    } catch (...) {
+      // Unreachable: the node goes with the lease.
+    }
+  }
+  QueueWaiter(const QueueWaiter&) = delete;
+  QueueWaiter& operator=(const QueueWaiter&) = delete;
+
+  backend::AcquireResult attempt() override {
+    const backend::AcquireRequest request{key_, owner_, ttl_, LockMode::exclusive, 0, /*waiting=*/true};
+    for (int attempt = 0; attempt < kAttempts; ++attempt) {
+      cancel_watch();
+      Queue queue;
+      if (!node_.empty()) {
+        // The nodes up to this call's own: the holder, and the one it waits for.
+        queue = read_queue(backend_.connection(), backend_.root(), key_, 0, created_);
+        if (queue.nodes.empty() || queue.nodes.back().key() != node_) node_.clear();  // gone with its lease
+      }
+      if (node_.empty()) {
+        session_ = backend_.session();
+        node_ = new_node(backend_.root(), key_, session_->id());
+        value_ = NodeValue{owner_, 1, session_->ttl(), false};
+        queue = join_queue(backend_.connection(), backend_.root(), key_, node_, value_, session_->id());
+        created_ = queue.revision;
+        const auto own = std::find_if(queue.nodes.begin(), queue.nodes.end(),
+                                      [&](const pb::KeyValue& node) { return node.key() == node_; });
+        queue.nodes.erase(own + 1, queue.nodes.end());
+      }
+      if (queue.nodes.size() == 1) {
+        const pb::KeyValue own = queue.nodes.front();
+        node_.clear();  // the lease's now
+        return backend_.granted(request, own, value_, queue.revision);
+      }
+      // Busy: wait for the node just before this one (a later node never holds first).
+      const std::string& before = queue.nodes[queue.nodes.size() - 2].key();
+      watch_ = backend_.watches().watch(before, queue.revision + 1, /*any_change=*/false,
+                                        [signal = signal_] { signal->fire(); });
+      if (auto result = backend_.reenter_or_busy(request, queue, node_)) {
+        if (std::holds_alternative<backend::Acquired>(*result)) {
+          cancel_watch();
+          node_.clear();  // deleted by the re-entry
+        }
+        return *result;
+      }
+    }
+    throw BackendError("'" + key_ + "' kept changing while waiting", kName, key_, true);
+  }
+
+  void wait_until(std::chrono::steady_clock::time_point deadline) override {
+    std::unique_lock lock(signal_->mutex);
+    signal_->cv.wait_until(lock, deadline, [&] { return signal_->fired; });
+    signal_->fired = false;
+  }
+
+ private:
+  void cancel_watch() {
+    if (watch_ != 0) backend_.watches().cancel(std::exchange(watch_, 0));
+  }
+
+  EtcdBackend& backend_;
+  const std::string key_;
+  const std::string owner_;
+  const milliseconds ttl_;
+  std::shared_ptr<Session> session_;  // the lease its node lives under
+  std::string node_;                  // its node, while it waits
+  std::int64_t created_ = 0;          // that node's create revision
+  NodeValue value_;
+  Watches::Handle watch_ = 0;
+  const std::shared_ptr<Signal> signal_ = std::make_shared<Signal>();
+};
+
+std::unique_ptr<backend::Waiter> EtcdBackend::waiter(const backend::AcquireRequest& request) {
+  return std::make_unique<QueueWaiter>(*this, request);
+}
+
+}  // namespace
+}  // namespace etcd
+
+std::shared_ptr<backend::Backend> make_etcd_backend(const core::Url& url) {
+  return std::make_shared<etcd::EtcdBackend>(etcd::parse_settings(url));
+}
+
+}  // namespace dlock::backends

@@ -1,0 +1,60 @@
+#pragma once
+
+// A key's queue of nodes (layout: nodes.hpp) and the transactions on it, each one round trip:
+// taking a free key, joining the queue, re-entering the owner's hold, changing or removing a
+// node only while it is still the acquisition it was (same create revision, so a late call
+// never touches a newer one).
+
+#include <cstdint>
+#include <optional>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "backends/etcd/connection.hpp"
+#include "backends/etcd/nodes.hpp"
+#include "dlock/backend.hpp"
+
+namespace dlock::backends::etcd {
+
+// A read of a key's queue: its nodes in create order (the holder first), as many as were asked.
+struct Queue {
+  std::vector<pb::KeyValue> nodes;
+  std::int64_t count = 0;     // every node in the queue, read or not
+  std::int64_t revision = 0;  // the cluster's revision the read saw
+};
+
+// The queue's first `limit` nodes (0: all), of those created at or before `max_create` (0: any).
+Queue read_queue(Connection& c, const std::string& root, std::string_view key, std::int64_t limit = 0,
+                 std::int64_t max_create = 0);
+
+// Puts `node` under `lease` if the key has no node at all: the try-once acquire, which never
+// leaves a node behind. Taken: the node's create revision; else the queue's first node.
+struct Take {
+  std::optional<std::int64_t> taken;
+  Queue holder;  // when not taken: the first node
+};
+Take take_if_free(Connection& c, const std::string& root, std::string_view key, const std::string& node,
+                  const NodeValue& value, std::int64_t lease);
+
+// Puts `node` under `lease` and reads the whole queue: a waiter's place in line. The node's
+// create revision is the queue's revision.
+Queue join_queue(Connection& c, const std::string& root, std::string_view key, const std::string& node,
+                 const NodeValue& value, std::int64_t lease);
+
+// Writes `value` into `node` (keeping its lease) if it is still the node read (create and mod
+// revisions), and deletes `drop` (a waiter's own node, when it re-enters) with it. The write's
+// revision, or nothing when the node changed or went.
+std::optional<std::int64_t> rewrite(Connection& c, const pb::KeyValue& node, const NodeValue& value,
+                                    std::string_view key, const std::string& drop = {});
+
+// Deletes `node` if its create revision is `created`; false when it was not there as that.
+bool remove_node(Connection& c, const std::string& node, std::int64_t created, std::string_view key);
+// The same, only if its mod revision is still `modified` too.
+bool remove_unchanged(Connection& c, const pb::KeyValue& node, std::string_view key);
+
+// One node, if it is there.
+std::optional<pb::KeyValue> read_node(Connection& c, const std::string& node, std::string_view key,
+                                      std::int64_t* revision = nullptr);
+
+}  // namespace dlock::backends::etcd
