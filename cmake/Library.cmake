@@ -150,7 +150,8 @@ if(DLOCK_WITH_ETCD)
       --grpc_out=${etcd_generated} --plugin=protoc-gen-grpc=${DLOCK_GRPC_CPP_PLUGIN} rpc.proto
     DEPENDS ${etcd_proto} COMMENT "Generating etcd's gRPC stubs from rpc.proto" VERBATIM)
   add_library(dlock_etcd_proto OBJECT ${etcd_generated}/rpc.pb.cc ${etcd_generated}/rpc.grpc.pb.cc)
-  target_include_directories(dlock_etcd_proto PUBLIC ${etcd_generated})
+  # SYSTEM: the generated headers are not held to dlock's warnings wherever they are included.
+  target_include_directories(dlock_etcd_proto SYSTEM PUBLIC ${etcd_generated})
   target_compile_options(dlock_etcd_proto PUBLIC ${Grpc_CFLAGS_OTHER})
   add_library(dlock_etcd OBJECT
     src/backends/etcd/admin.cpp

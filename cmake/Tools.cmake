@@ -39,6 +39,10 @@ if(DLOCK_BUILD_CLI)
       # -static picks libmariadb.a, which needs its own dependencies spelled out.
       target_link_libraries(dlock_cli PRIVATE ${MariaDB_STATIC_LIBRARIES})
     endif()
+    if(DLOCK_WITH_ETCD)
+      # Likewise gRPC's and protobuf's archives (Debian ships them): abseil, re2, c-ares, OpenSSL.
+      target_link_libraries(dlock_cli PRIVATE ${Grpc_STATIC_LIBRARIES})
+    endif()
   endif()
   include(${PROJECT_SOURCE_DIR}/cmake/ToolDocs.cmake)
 endif()

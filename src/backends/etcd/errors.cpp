@@ -21,6 +21,11 @@ void check(const grpc::Status& status, const std::string& what, std::string_view
       throw ConfigurationError(message + ": give the URL a user that may read and write dlock's prefix "
                                          "(etcd://USER:PASSWORD@...)",
                                kName);
+    case grpc::StatusCode::NOT_FOUND:
+      if (status.error_message().find("lease not found") != std::string::npos) {
+        throw LeaseGone(message, kName, std::string(key), true);
+      }
+      throw BackendError(message, kName, std::string(key));
     default:
       throw BackendError(message, kName, std::string(key));
   }

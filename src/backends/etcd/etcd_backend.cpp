@@ -33,6 +33,8 @@ namespace {
 
 using std::chrono::milliseconds;
 
+constexpr const char* kLeaseGone = "etcd no longer had its lease when a request used it (expired or revoked)";
+
 // How many times a call starts over when the queue changed under it before giving up.
 constexpr int kAttempts = 100;
 
@@ -82,7 +84,13 @@ class EtcdBackend final : public backend::Backend {
       const auto s = session();
       const std::string node = new_node(root_, request.key, s->id());
       const NodeValue value{std::string(request.owner), 1, s->ttl(), false};
-      auto take = take_if_free(*connection_, root_, request.key, node, value, s->id());
+      Take take;
+      try {
+        take = take_if_free(*connection_, root_, request.key, node, value, s->id());
+      } catch (const LeaseGone&) {
+        s->end(kLeaseGone);
+        continue;  // under a new lease
+      }
       if (take.taken) {
         pb::KeyValue made;
         made.set_key(node);
@@ -186,6 +194,7 @@ class EtcdBackend final : public backend::Backend {
   }
 
   Connection& connection() { return *connection_; }
+  Watches& watches() { return watches_; }
   const std::string& root() const { return root_; }
 
   // The caller's node holds: the lease's now, watched for a force-release.
@@ -270,9 +279,6 @@ class EtcdBackend final : public backend::Backend {
                       notice();
                     }
                   }};
-
- public:
-  Watches& watches() { return watches_; }
 };
 
 // A waiting call's place in the queue: its node, made by the first attempt and kept until the
@@ -307,7 +313,13 @@ class QueueWaiter final : public backend::Waiter {
         session_ = backend_.session();
         node_ = new_node(backend_.root(), key_, session_->id());
         value_ = NodeValue{owner_, 1, session_->ttl(), false};
-        queue = join_queue(backend_.connection(), backend_.root(), key_, node_, value_, session_->id());
+        try {
+          queue = join_queue(backend_.connection(), backend_.root(), key_, node_, value_, session_->id());
+        } catch (const LeaseGone&) {
+          node_.clear();
+          session_->end(kLeaseGone);
+          continue;  // under a new lease
+        }
         created_ = queue.revision;
         const auto own = std::find_if(queue.nodes.begin(), queue.nodes.end(),
                                       [&](const pb::KeyValue& node) { return node.key() == node_; });

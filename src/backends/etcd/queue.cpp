@@ -24,6 +24,16 @@ void compare_created(pb::TxnRequest& txn, const std::string& node, std::int64_t 
   same->set_create_revision(created);
 }
 
+// The node is still as read: same create and mod revisions.
+void compare_unchanged(pb::TxnRequest& txn, const pb::KeyValue& node) {
+  compare_created(txn, node.key(), node.create_revision());
+  auto* unchanged = txn.add_compare();
+  unchanged->set_key(node.key());
+  unchanged->set_target(pb::Compare::MOD);
+  unchanged->set_result(pb::Compare::EQUAL);
+  unchanged->set_mod_revision(node.mod_revision());
+}
+
 void put(pb::TxnRequest& txn, const std::string& node, const NodeValue& value, std::int64_t lease) {
   auto* request = txn.add_success()->mutable_request_put();
   request->set_key(node);
@@ -85,12 +95,7 @@ Queue join_queue(Connection& c, const std::string& root, std::string_view key, c
 std::optional<std::int64_t> rewrite(Connection& c, const pb::KeyValue& node, const NodeValue& value,
                                     std::string_view key, const std::string& drop) {
   pb::TxnRequest txn;
-  compare_created(txn, node.key(), node.create_revision());
-  auto* unchanged = txn.add_compare();
-  unchanged->set_key(node.key());
-  unchanged->set_target(pb::Compare::MOD);
-  unchanged->set_result(pb::Compare::EQUAL);
-  unchanged->set_mod_revision(node.mod_revision());
+  compare_unchanged(txn, node);
   put(txn, node.key(), value, 0);
   if (!drop.empty()) txn.add_success()->mutable_request_delete_range()->set_key(drop);
   const auto response = c.txn(txn, "update a holder", key);
@@ -107,12 +112,7 @@ bool remove_node(Connection& c, const std::string& node, std::int64_t created, s
 
 bool remove_unchanged(Connection& c, const pb::KeyValue& node, std::string_view key) {
   pb::TxnRequest txn;
-  compare_created(txn, node.key(), node.create_revision());
-  auto* unchanged = txn.add_compare();
-  unchanged->set_key(node.key());
-  unchanged->set_target(pb::Compare::MOD);
-  unchanged->set_result(pb::Compare::EQUAL);
-  unchanged->set_mod_revision(node.mod_revision());
+  compare_unchanged(txn, node);
   txn.add_success()->mutable_request_delete_range()->set_key(node.key());
   return c.txn(txn, "release", key).succeeded();
 }

@@ -53,7 +53,7 @@ void Session::keep_alive_then(std::function<void()> then) {
   then();  // no lease left to keep alive
 }
 
-void Session::lose(const std::string& why) {
+void Session::end(const std::string& why) {
   {
     std::lock_guard lock(mutex_);
     if (over_) return;
@@ -83,10 +83,10 @@ void Session::run(std::stop_token stop) {
       last_answered = sent;
       next = sent + ttl_ / 3;
     } else if (left) {
-      lose("its etcd lease " + std::to_string(id_) + " is gone (revoked, or expired before a keep-alive reached it)");
+      end("its etcd lease " + std::to_string(id_) + " is gone (revoked, or expired before a keep-alive reached it)");
       return;
     } else if (Clock::now() >= trusted_until) {
-      lose("no keep-alive of its etcd lease was answered for the lease's TTL (" + std::to_string(ttl_.count()) +
+      end("no keep-alive of its etcd lease was answered for the lease's TTL (" + std::to_string(ttl_.count()) +
            " ms): the cluster may have expired it");
       return;
     } else {

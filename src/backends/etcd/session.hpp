@@ -43,10 +43,11 @@ class Session {
   // answered or not: an evicted holder refreshes its lease before it acts on the eviction, so
   // its lock delay runs a whole TTL from then (the TTL that holder reports say).
   void keep_alive_then(std::function<void()> then);
+  // A request found the lease gone before the keep-alives did: reports the loss now.
+  void end(const std::string& why);
 
  private:
   void run(std::stop_token stop);
-  void lose(const std::string& why);
 
   const std::shared_ptr<Connection> connection_;
   const std::function<void(const std::string&)> on_lost_;
