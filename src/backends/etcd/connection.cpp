@@ -1,5 +1,8 @@
 #include "backends/etcd/connection.hpp"
 
+#include <arpa/inet.h>
+#include <netdb.h>
+#include <netinet/in.h>
 #include <signal.h>
 
 #include <utility>
@@ -11,12 +14,29 @@ namespace {
 
 using Clock = std::chrono::steady_clock;
 
-// gRPC's target for the endpoints: a single one through DNS; several as one list of addresses,
-// which gRPC's pick_first tries in order and leaves for the next when it breaks.
+// gRPC's target for the endpoints: a single one through DNS; several as one list of IPv4
+// addresses (a host name resolved here, once), which gRPC's pick_first tries in order and
+// leaves for the next when it breaks.
 std::string target_of(const Settings& settings) {
   if (settings.endpoints.size() == 1) return "dns:///" + settings.endpoints.front();
   std::string target = "ipv4:";
-  for (std::size_t i = 0; i < settings.endpoints.size(); ++i) target += (i ? "," : "") + settings.endpoints[i];
+  for (const auto& endpoint : settings.endpoints) {
+    const auto colon = endpoint.rfind(':');
+    const std::string host = endpoint.substr(0, colon);
+    addrinfo hints{};
+    hints.ai_family = AF_INET;
+    hints.ai_socktype = SOCK_STREAM;
+    addrinfo* found = nullptr;
+    if (::getaddrinfo(host.c_str(), nullptr, &hints, &found) != 0 || !found) {
+      throw ConnectionError("cannot resolve etcd server '" + host + "' of " + settings.shown +
+                                " to an IPv4 address (several servers must each have one)",
+                            kName);
+    }
+    char address[INET_ADDRSTRLEN] = {};
+    ::inet_ntop(AF_INET, &reinterpret_cast<sockaddr_in*>(found->ai_addr)->sin_addr, address, sizeof address);
+    ::freeaddrinfo(found);
+    target += (target.size() > 5 ? "," : "") + std::string(address) + endpoint.substr(colon);
+  }
   return target;
 }
 

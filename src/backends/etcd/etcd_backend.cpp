@@ -108,7 +108,11 @@ class EtcdBackend final : public backend::Backend {
   bool renew(const backend::LeaseRef& lease, milliseconds) override {
     std::int64_t revision = 0;
     const auto place = find(lease, &revision);
-    if (!place || place->value.evicted) return false;
+    if (!place) return false;
+    if (place->value.evicted) {
+      keep_alive_before_acting();  // as the watch does before it tells of the eviction
+      return false;
+    }
     // Each renewal watches the node again if the last watch fired: a force-release reaches the
     // holder at once.
     held_.remember(lease, place->node, place->value);
@@ -256,6 +260,19 @@ class EtcdBackend final : public backend::Backend {
     const auto value = from_value(node->value());
     if (!value || value->owner != lease.owner) return std::nullopt;
     return Place{*node, *value};
+  }
+
+  // An evicted holder refreshes its lease before it acts on the eviction, so that its lock delay
+  // runs a whole TTL from then, as the TTL holder reports say (Session::keep_alive_then).
+  void keep_alive_before_acting() {
+    std::shared_ptr<Session> s;
+    {
+      std::lock_guard lock(mutex_);
+      s = session_;
+    }
+    if (s && !s->over()) {
+      connection_->keep_alive(s->id(), std::chrono::steady_clock::now() + connection_->settings().connect_timeout);
+    }
   }
 
   static BackendError changing(std::string_view key, const std::string& what) {
