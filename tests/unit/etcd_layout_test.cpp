@@ -16,7 +16,8 @@ TEST(EtcdLayout, AKeysDirectoryNamesItBackByteForByte) {
     const std::string node = new_node("/dlock", key, 0x1234);
     EXPECT_EQ(node.rfind(key_dir("/dlock", key), 0), 0u) << key;
     EXPECT_EQ(key_of_node("/dlock", node), key) << node;
-    EXPECT_EQ(key_dir("/dlock", key).find('/', 7), key_dir("/dlock", key).size() - 1) << "a '/' inside " << key;
+    EXPECT_EQ(key_dir("/dlock", key).find('/', 7), key_dir("/dlock", key).size() - 1)
+        << "a '/' inside " << key;
   }
   EXPECT_FALSE(key_of_node("/dlock", "/other/k/0000000000001234-0000000000000001"));
   EXPECT_FALSE(key_of_node("/dlock", "/dlock/k/short"));
@@ -64,8 +65,8 @@ TEST(EtcdSettings, UrlGivesEndpointsPrefixAndTtl) {
 
 TEST(EtcdSettings, BadUrlsNameTheProblem) {
   const std::vector<std::pair<std::string, std::string>> bad = {
-      {"etcd://h:1/x?ttl=1500ms", "whole"}, {"etcd://h:1/x?ttl=0s", "ttl"},   {"etcd:///x", "servers"},
-      {"etcd://h1:1,h2/x", "port"},         {"etcd://h:1/a//b", "prefix"},     {"etcd://:pw@h:1/x", "user"},
+      {"etcd://h:1/x?ttl=1500ms", "whole"}, {"etcd://h:1/x?ttl=0s", "ttl"}, {"etcd:///x", "servers"},
+      {"etcd://h1:1,h2/x", "port"},         {"etcd://h:1/a//b", "prefix"},  {"etcd://:pw@h:1/x", "user"},
       {"etcd://h:1/x?bogus=1", "bogus"},
   };
   for (const auto& [url, names] : bad) {

@@ -11,7 +11,8 @@ namespace dlock::backends::etcd {
 namespace {
 
 // The holder of a queue (its nodes in create order), with the waiters behind it named.
-std::optional<LockInfo> holder_of(std::string_view key, const std::vector<pb::KeyValue>& nodes, std::int64_t count) {
+std::optional<LockInfo> holder_of(std::string_view key, const std::vector<pb::KeyValue>& nodes,
+                                  std::int64_t count) {
   if (nodes.empty()) return std::nullopt;
   const auto value = from_value(nodes.front().value());
   if (!value) return std::nullopt;
@@ -82,8 +83,8 @@ std::vector<LockInfo> evict(Connection& c, const std::string& root, std::string_
     if (rewrite(c, holder, *value, key)) return {info};
     // Changed meanwhile (a re-entry, a release): look again.
   }
-  throw BackendError("'" + std::string(key) + "' kept changing hands during force-release", kName, std::string(key),
-                     true);
+  throw BackendError("'" + std::string(key) + "' kept changing hands during force-release", kName,
+                     std::string(key), true);
 }
 
 }  // namespace dlock::backends::etcd

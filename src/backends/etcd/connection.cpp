@@ -81,8 +81,8 @@ void Connection::authenticate() {
   const auto status = pb::Auth::NewStub(channel_)->Authenticate(&context, request, &response);
   if (!status.ok() && status.error_code() != grpc::StatusCode::UNAVAILABLE &&
       status.error_code() != grpc::StatusCode::DEADLINE_EXCEEDED) {
-    throw ConfigurationError("etcd refused the credentials of user '" + settings_.user + "' on " + settings_.shown +
-                                 " (" + status.error_message() + ")",
+    throw ConfigurationError("etcd refused the credentials of user '" + settings_.user + "' on " +
+                                 settings_.shown + " (" + status.error_message() + ")",
                              kName);
   }
   check(status, "authenticate", {});
@@ -107,15 +107,18 @@ grpc::Status Connection::with_token(Call&& call) {
   return call(*context(Clock::now() + settings_.connect_timeout));
 }
 
-pb::RangeResponse Connection::range(const pb::RangeRequest& request, const std::string& what, std::string_view key) {
+pb::RangeResponse Connection::range(const pb::RangeRequest& request, const std::string& what,
+                                    std::string_view key) {
   pb::RangeResponse response;
   check(with_token([&](grpc::ClientContext& c) { return kv_->Range(&c, request, &response); }), what, key);
   return response;
 }
 
-pb::TxnResponse Connection::txn(const pb::TxnRequest& request, const std::string& what, std::string_view key) {
+pb::TxnResponse Connection::txn(const pb::TxnRequest& request, const std::string& what,
+                                std::string_view key) {
   pb::TxnResponse response;
-  check(with_token([&](grpc::ClientContext& c) { return kv_->Txn(&c, request, &response); }), what, key, Write::yes);
+  check(with_token([&](grpc::ClientContext& c) { return kv_->Txn(&c, request, &response); }), what, key,
+        Write::yes);
   return response;
 }
 
@@ -125,7 +128,8 @@ pb::LeaseGrantResponse Connection::grant(std::chrono::seconds ttl) {
   pb::LeaseGrantResponse response;
   check(with_token([&](grpc::ClientContext& c) { return lease_->LeaseGrant(&c, request, &response); }),
         "grant a lease", {});
-  if (!response.error().empty()) throw BackendError("etcd could not grant a lease (" + response.error() + ")", kName);
+  if (!response.error().empty())
+    throw BackendError("etcd could not grant a lease (" + response.error() + ")", kName);
   return response;
 }
 

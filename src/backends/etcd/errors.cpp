@@ -18,8 +18,9 @@ void check(const grpc::Status& status, const std::string& what, std::string_view
       throw ConnectionError(message, kName, std::string(key));
     case grpc::StatusCode::UNAUTHENTICATED:
     case grpc::StatusCode::PERMISSION_DENIED:
-      throw ConfigurationError(message + ": give the URL a user that may read and write dlock's prefix "
-                                         "(etcd://USER:PASSWORD@...)",
+      throw ConfigurationError(message +
+                                   ": give the URL a user that may read and write dlock's prefix "
+                                   "(etcd://USER:PASSWORD@...)",
                                kName);
     case grpc::StatusCode::NOT_FOUND:
       if (status.error_message().find("lease not found") != std::string::npos) {

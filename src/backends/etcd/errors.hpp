@@ -27,6 +27,7 @@ class LeaseGone : public BackendError {
 // be reached, OutcomeUnknownError for a write whose answer did not come, ConfigurationError for
 // refused credentials or permissions, LeaseGone, BackendError otherwise. `what`: the request, for the
 // message; `key`: the lock key it was about, if any.
-void check(const grpc::Status& status, const std::string& what, std::string_view key, Write write = Write::no);
+void check(const grpc::Status& status, const std::string& what, std::string_view key,
+           Write write = Write::no);
 
 }  // namespace dlock::backends::etcd

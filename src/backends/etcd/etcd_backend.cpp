@@ -155,7 +155,9 @@ class EtcdBackend final : public backend::Backend {
     throw changing(lease.key, "release");
   }
 
-  std::vector<LockInfo> inspect(std::string_view key) override { return inspect_key(*connection_, root_, key); }
+  std::vector<LockInfo> inspect(std::string_view key) override {
+    return inspect_key(*connection_, root_, key);
+  }
 
   ListPage list(std::string_view prefix, std::string_view after, std::size_t limit) override {
     return list_keys(*connection_, root_, prefix, after, limit);
@@ -189,7 +191,8 @@ class EtcdBackend final : public backend::Backend {
     }
     // A grant is a round trip: not under mutex_. Two threads may both grant; the first to
     // finish is kept, the other's lease revoked.
-    auto fresh = std::make_shared<Session>(connection_, [this](const std::string& why) { held_.session_lost(why); });
+    auto fresh =
+        std::make_shared<Session>(connection_, [this](const std::string& why) { held_.session_lost(why); });
     std::shared_ptr<Session> old;  // destroyed outside mutex_
     std::lock_guard lock(mutex_);
     if (session_ && !session_->over()) return session_;
@@ -202,8 +205,8 @@ class EtcdBackend final : public backend::Backend {
   const std::string& root() const { return root_; }
 
   // The caller's node holds: the lease's now, watched for a force-release.
-  backend::Acquired granted(const backend::AcquireRequest& request, const pb::KeyValue& node, const NodeValue& value,
-                            std::int64_t revision) {
+  backend::Acquired granted(const backend::AcquireRequest& request, const pb::KeyValue& node,
+                            const NodeValue& value, std::int64_t revision) {
     const auto token = static_cast<std::uint64_t>(node.create_revision());
     const backend::LeaseRef lease{request.key, request.owner, token};
     held_.remember(lease, node, value);
@@ -214,15 +217,16 @@ class EtcdBackend final : public backend::Backend {
   // The queue's holder is not the caller's node: a re-entry when it is the owner's (dropping
   // `own`, the caller's node, with it), else Busy naming it. Nothing when the holder changed
   // meanwhile.
-  std::optional<backend::AcquireResult> reenter_or_busy(const backend::AcquireRequest& request, const Queue& queue,
-                                                        const std::string& own = {}) {
+  std::optional<backend::AcquireResult> reenter_or_busy(const backend::AcquireRequest& request,
+                                                        const Queue& queue, const std::string& own = {}) {
     if (queue.nodes.empty()) return std::nullopt;
     const pb::KeyValue& holder = queue.nodes.front();
     auto value = from_value(holder.value());
     if (!value) {
-      throw BackendError("the first node of '" + std::string(request.key) + "' (" + holder.key() +
-                             ") is not dlock's: remove it, or give dlock a prefix of its own (etcd://HOST:PORT/PREFIX)",
-                         kName, std::string(request.key));
+      throw BackendError(
+          "the first node of '" + std::string(request.key) + "' (" + holder.key() +
+              ") is not dlock's: remove it, or give dlock a prefix of its own (etcd://HOST:PORT/PREFIX)",
+          kName, std::string(request.key));
     }
     if (value->owner != request.owner || value->evicted) {
       // A holder's node goes when it releases or its lease ends, and a watch fires; the core's
@@ -271,12 +275,14 @@ class EtcdBackend final : public backend::Backend {
       s = session_;
     }
     if (s && !s->over()) {
-      connection_->keep_alive(s->id(), std::chrono::steady_clock::now() + connection_->settings().connect_timeout);
+      connection_->keep_alive(s->id(),
+                              std::chrono::steady_clock::now() + connection_->settings().connect_timeout);
     }
   }
 
   static BackendError changing(std::string_view key, const std::string& what) {
-    return BackendError("'" + std::string(key) + "' kept changing during " + what, kName, std::string(key), true);
+    return BackendError("'" + std::string(key) + "' kept changing during " + what, kName, std::string(key),
+                        true);
   }
 
   const std::shared_ptr<Connection> connection_;

@@ -56,9 +56,13 @@ std::optional<T> number(std::string_view text) {
 
 }  // namespace
 
-std::string key_dir(const std::string& root, std::string_view key) { return root + "/" + encode_key(key) + "/"; }
+std::string key_dir(const std::string& root, std::string_view key) {
+  return root + "/" + encode_key(key) + "/";
+}
 
-std::string keys_from(const std::string& root, std::string_view prefix) { return root + "/" + encode_key(prefix); }
+std::string keys_from(const std::string& root, std::string_view prefix) {
+  return root + "/" + encode_key(prefix);
+}
 
 std::optional<std::string> key_of_node(const std::string& root, std::string_view node) {
   if (node.size() <= root.size() + 1 || node.substr(0, root.size()) != root || node[root.size()] != '/') {

@@ -83,11 +83,12 @@ void Session::run(std::stop_token stop) {
       last_answered = sent;
       next = sent + ttl_ / 3;
     } else if (left) {
-      end("its etcd lease " + std::to_string(id_) + " is gone (revoked, or expired before a keep-alive reached it)");
+      end("its etcd lease " + std::to_string(id_) +
+          " is gone (revoked, or expired before a keep-alive reached it)");
       return;
     } else if (Clock::now() >= trusted_until) {
-      end("no keep-alive of its etcd lease was answered for the lease's TTL (" + std::to_string(ttl_.count()) +
-           " ms): the cluster may have expired it");
+      end("no keep-alive of its etcd lease was answered for the lease's TTL (" +
+          std::to_string(ttl_.count()) + " ms): the cluster may have expired it");
       return;
     } else {
       next = Clock::now() + kRetryPause;

@@ -22,7 +22,8 @@ Settings parse_settings(const core::Url& url) {
   settings.connect_timeout = options.take_duration("connect_timeout").value_or(kDefaultConnectTimeout);
   options.finish();
   // etcd grants leases in whole seconds.
-  if (ttl.count() <= 0 || ttl.count() % 1000 != 0) refuse("ttl must be a whole number of seconds, such as 10s", url);
+  if (ttl.count() <= 0 || ttl.count() % 1000 != 0)
+    refuse("ttl must be a whole number of seconds, such as 10s", url);
   settings.ttl = std::chrono::duration_cast<std::chrono::seconds>(ttl);
   if (settings.connect_timeout.count() <= 0) refuse("connect_timeout must be positive", url);
   if (url.host.empty()) refuse("needs its servers", url);
@@ -40,11 +41,13 @@ Settings parse_settings(const core::Url& url) {
   }
   settings.user = url.user;
   settings.password = url.password;
-  if (!url.password.empty() && url.user.empty()) refuse("authentication needs a user and a password (USER:PASSWORD@)", url);
+  if (!url.password.empty() && url.user.empty())
+    refuse("authentication needs a user and a password (USER:PASSWORD@)", url);
   if (!url.path.empty() && url.path != "/") {
     settings.root = url.path;
     while (settings.root.size() > 1 && settings.root.back() == '/') settings.root.pop_back();
-    if (settings.root.find("//") != std::string::npos) refuse("prefix '" + url.path + "' has an empty part", url);
+    if (settings.root.find("//") != std::string::npos)
+      refuse("prefix '" + url.path + "' has an empty part", url);
   }
   return settings;
 }

@@ -40,7 +40,8 @@ void Watches::open_locked() {
   ::pthread_sigmask(SIG_SETMASK, &previous, nullptr);
 }
 
-Watches::Handle Watches::watch(const std::string& key, std::int64_t revision, bool any_change, Callback callback) {
+Watches::Handle Watches::watch(const std::string& key, std::int64_t revision, bool any_change,
+                               Callback callback) {
   std::lock_guard lock(mutex_);
   open_locked();
   const Handle handle = ++last_handle_;

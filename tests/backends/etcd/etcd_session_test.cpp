@@ -27,13 +27,15 @@ class EtcdSession : public ::testing::Test {
   void SetUp() override {
     base_ = test::env("DLOCK_ETCD_URL");
     endpoints_ = test::env("DLOCK_ETCD_ENDPOINTS");
-    if (!base_ || !endpoints_) GTEST_SKIP() << "no etcd: run scripts/test.sh, or set DLOCK_ETCD_URL and DLOCK_ETCD_ENDPOINTS";
+    if (!base_ || !endpoints_)
+      GTEST_SKIP() << "no etcd: run scripts/test.sh, or set DLOCK_ETCD_URL and DLOCK_ETCD_ENDPOINTS";
   }
   // A prefix of this case's own, and 10 s leases: far longer than any wait below.
   std::string url() const { return *base_ + root_ + "?ttl=10s"; }
   // etcdctl's output, trimmed.
   std::string etcdctl(const std::string& arguments) const {
-    const std::string command = "ETCDCTL_API=3 etcdctl --endpoints=" + *endpoints_ + " " + arguments + " 2>&1";
+    const std::string command =
+        "ETCDCTL_API=3 etcdctl --endpoints=" + *endpoints_ + " " + arguments + " 2>&1";
     std::unique_ptr<FILE, int (*)(FILE*)> pipe(::popen(command.c_str(), "r"), ::pclose);
     std::string out;
     char buffer[256];
@@ -55,7 +57,8 @@ TEST_F(EtcdSession, ClosingTheClientFreesItsKeysAtOnce) {
   }
   const auto closed = Clock::now();
   ASSERT_TRUE(other.try_acquire_for("k", 5s)) << "the closed client's lease still held the key";
-  EXPECT_LT(ms(Clock::now() - closed), 2000) << "ms from the close to the next acquisition: the lease was not revoked";
+  EXPECT_LT(ms(Clock::now() - closed), 2000)
+      << "ms from the close to the next acquisition: the lease was not revoked";
 }
 
 TEST_F(EtcdSession, ALeaseRevokedFromOutsideIsALossReportedAtOnce) {
@@ -72,7 +75,8 @@ TEST_F(EtcdSession, ALeaseRevokedFromOutsideIsALossReportedAtOnce) {
   const auto revoked = Clock::now();
   ASSERT_NE(etcdctl("lease revoke " + lease_id).find("revoked"), std::string::npos);
   auto future = lost.get_future();
-  ASSERT_EQ(future.wait_for(5s), std::future_status::ready) << "the holder was not told its lease was revoked";
+  ASSERT_EQ(future.wait_for(5s), std::future_status::ready)
+      << "the holder was not told its lease was revoked";
   EXPECT_LT(ms(Clock::now() - revoked), 1500) << "ms from the revoke to the holder's loss";
   EXPECT_EQ(future.get().reason, LossReason::not_owner);
   auto next = other.try_acquire("k");
