@@ -122,7 +122,10 @@ class EtcdBackend final : public backend::Backend {
 
   std::optional<std::uint32_t> release(const backend::LeaseRef& lease) override {
     for (int attempt = 0; attempt < kAttempts; ++attempt) {
-      const auto place = find(lease);
+      // First as this client last saw the node, with no read: the write compares its create
+      // and mod revisions, and a node changed since (a re-entry, a force-release) is read.
+      auto place = attempt == 0 ? held_.find(lease) : std::nullopt;
+      if (!place) place = find(lease);
       if (!place) return std::nullopt;
       if (place->value.evicted) {
         // The evicted holder's release acknowledges the loss: the key opens, and the answer is
