@@ -9,6 +9,7 @@ packages=(
   g++ cmake ninja-build pkg-config
   libsqlite3-dev libmariadb-dev libhiredis-dev libssl-dev zlib1g-dev libfmt-dev libcli11-dev nlohmann-json3-dev libcpp-httplib-dev
   libzookeeper-mt-dev  # zookeeper://: ZooKeeper's C client
+  libpq-dev postgresql-server-dev-15  # postgres://: libpq, and for the static tool libpq's helpers
   help2man dpkg-dev file  # dlock(1), and the .deb's dependencies (cpack: dpkg-shlibdeps)
 )
 case "${1:-}" in
@@ -19,6 +20,7 @@ case "${1:-}" in
     debootstrap  # the .deb's install test on a fresh Debian 12 (scripts/deb-test.sh)
     redis-server  # the private servers of the redis:// tests (scripts/servers/redis.sh)
     zookeeper  # the private servers of the zookeeper:// tests (scripts/servers/zookeeper.sh)
+    postgresql-15  # the private server of the postgres:// tests (scripts/servers/postgres.sh)
     chromium  # the admin page's browser tests (tests/browser), driven by playwright-core from npm
   ) ;;
   *) echo "usage: $0 [--build-only]" >&2; exit 64 ;;

@@ -15,6 +15,9 @@
 #if DLOCK_WITH_ZOOKEEPER
 #include "backends/zookeeper/zookeeper_backend.hpp"
 #endif
+#if DLOCK_WITH_POSTGRES
+#include "backends/postgres/postgres_backend.hpp"
+#endif
 
 namespace dlock::backends {
 
@@ -34,6 +37,9 @@ std::shared_ptr<backend::Backend> open_backend(const core::Url& url) {
 #if DLOCK_WITH_ZOOKEEPER
   if (url.scheme == "zookeeper") return make_zookeeper_backend(url);
 #endif
+#if DLOCK_WITH_POSTGRES
+  if (url.scheme == "postgres" || url.scheme == "postgresql") return make_postgres_backend(url);
+#endif
   std::string built_in = "local://";
 #if DLOCK_WITH_SQLITE
   built_in += ", sqlite://PATH";
@@ -46,6 +52,9 @@ std::shared_ptr<backend::Backend> open_backend(const core::Url& url) {
 #endif
 #if DLOCK_WITH_ZOOKEEPER
   built_in += ", zookeeper://HOST:PORT[,HOST:PORT...]/PATH";
+#endif
+#if DLOCK_WITH_POSTGRES
+  built_in += ", postgres://USER:PASSWORD@HOST:PORT/DATABASE";
 #endif
   throw ConfigurationError("unknown backend '" + url.scheme + "://' in URL " + url.redacted() +
                            " (this build supports: " + built_in + ")");

@@ -1,0 +1,67 @@
+#include "backends/postgres/common.hpp"
+
+#include <algorithm>
+#include <cctype>
+
+#include "dlock/errors.hpp"
+
+namespace dlock::backends::postgres {
+
+bool valid_table(std::string_view name) {
+  return !name.empty() && name.size() <= 50 && !std::isdigit(static_cast<unsigned char>(name.front())) &&
+         std::all_of(name.begin(), name.end(), [](char c) { return std::isalnum(static_cast<unsigned char>(c)) || c == '_'; });
+}
+
+std::uint64_t to_u64(const std::optional<std::string>& text) { return text ? std::stoull(*text) : 0; }
+
+std::chrono::milliseconds to_ms(const std::optional<std::string>& text) {
+  return std::chrono::milliseconds(text ? std::max(0LL, std::stoll(*text)) : 0);
+}
+
+namespace {
+
+bool mentions(const std::string& message, std::string_view text) { return message.find(text) != std::string::npos; }
+
+}  // namespace
+
+void raise(const PgError& e, const Settings& settings, std::string_view key) {
+  const auto& c = settings.connect;
+  const std::string& url = c.redacted_url;
+  const std::string detail = " (PostgreSQL" + (e.sqlstate.empty() ? "" : " error " + e.sqlstate) + ": " + e.message + ")";
+  // Connecting: libpq reports these as text only.
+  if (e.sqlstate == "28P01" || mentions(e.message, "password authentication failed") ||
+      mentions(e.message, "no password supplied")) {
+    throw ConfigurationError("the PostgreSQL server refused user '" + c.user +
+                                 "' with this password; check the user and password in " + url + detail,
+                             kName);
+  }
+  if (e.sqlstate == "3D000" || (mentions(e.message, "database \"") && mentions(e.message, "does not exist"))) {
+    throw ConfigurationError("database '" + c.database + "' does not exist on the server of " + url +
+                                 "; create it (createdb) or fix the URL" + detail,
+                             kName);
+  }
+  if (e.sqlstate == "28000" || mentions(e.message, "no pg_hba.conf entry")) {
+    throw ConfigurationError("the PostgreSQL server of " + url + " does not admit user '" + c.user + "' to database '" +
+                                 c.database + "' from this host (pg_hba.conf)" + detail,
+                             kName);
+  }
+  if (e.sqlstate == kInsufficientPrivilege) {
+    throw ConfigurationError("user '" + c.user + "' lacks a privilege on the lock table '" + settings.table +
+                                 "'; GRANT SELECT, INSERT, UPDATE, DELETE on it and USAGE on " + settings.table +
+                                 "_seq, or have its owner create them (dlock schema postgres prints the DDL)" + detail,
+                             kName);
+  }
+  if (e.connection_broken) {
+    if (e.maybe_applied) {
+      throw OutcomeUnknownError("the connection to " + url + " broke before the answer came" + detail, std::string(key),
+                                kName);
+    }
+    throw ConnectionError("cannot reach the PostgreSQL server of " + url + detail, kName, std::string(key));
+  }
+  // Transient server states: a retry may succeed.
+  const bool retryable = e.sqlstate.starts_with("40") || e.sqlstate.starts_with("53") || e.sqlstate.starts_with("57") ||
+                         e.sqlstate.starts_with("08");
+  throw BackendError("PostgreSQL refused a statement of " + url + detail, kName, std::string(key), retryable);
+}
+
+}  // namespace dlock::backends::postgres

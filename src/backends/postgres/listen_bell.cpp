@@ -1,0 +1,73 @@
+#include "backends/postgres/listen_bell.hpp"
+
+#include <cstdio>
+
+#include "core/stable_hash.hpp"
+
+namespace dlock::backends::postgres {
+
+std::string key_channel(const std::string& table, std::string_view key) {
+  char hex[17];
+  std::snprintf(hex, sizeof hex, "%016llx",
+                static_cast<unsigned long long>(core::stable_hash(table + '\n' + std::string(key))));
+  return "dlock_" + std::string(hex);
+}
+
+std::int64_t key_slot(const std::string& table, std::string_view key) {
+  return static_cast<std::int64_t>(core::stable_hash("slot\n" + table + '\n' + std::string(key)));
+}
+
+ListenBell::ListenBell(Pool& bells, const Settings& settings, std::string_view key)
+    : bells_(bells),
+      settings_(settings),
+      key_(key),
+      channel_(key_channel(settings.table, key)),
+      slot_(std::to_string(key_slot(settings.table, key))) {}
+
+ListenBell::~ListenBell() {
+  if (!connection_ || !next_in_line_) return;
+  try {
+    // The next waiter gets the slot as the server reads this.
+    (*connection_)->run("UNLISTEN *; SELECT pg_advisory_unlock_all()");
+  } catch (const PgError&) {
+    (*connection_)->discard();  // closed, and its slot freed with it
+  }
+}
+
+void ListenBell::drop_connection() noexcept {
+  if (connection_) (*connection_)->discard();  // a slot it may hold goes with it
+  connection_.reset();
+  next_in_line_ = false;
+}
+
+void ListenBell::arm() {
+  if (!next_in_line_) return;
+  // What was rung before this attempt, the attempt sees.
+  try {
+    (*connection_)->drop_notifications();
+  } catch (const PgError& e) {
+    drop_connection();
+    raise(e, settings_, key_);
+  }
+}
+
+bool ListenBell::wait_until(std::chrono::steady_clock::time_point deadline) {
+  try {
+    if (next_in_line_) return (*connection_)->wait_for_notification(deadline);
+    if (!connection_) connection_.emplace(bells_.take());
+    auto& connection = **connection_;
+    connection.send("SELECT pg_advisory_lock($1::bigint)", {slot_});
+    auto granted = connection.finish_sent(deadline);
+    if (!granted) granted = connection.cancel_sent();
+    if (!granted) return false;
+    connection.run("LISTEN " + channel_);
+    next_in_line_ = true;
+    // The key may have been freed while this waiter queued: look again before sleeping.
+    return true;
+  } catch (const PgError& e) {
+    drop_connection();
+    raise(e, settings_, key_);
+  }
+}
+
+}  // namespace dlock::backends::postgres
