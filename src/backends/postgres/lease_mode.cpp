@@ -1,7 +1,12 @@
 // postgres:// lease mode: a row per key in a lock table, each step one statement judged by the
-// server's clock; waiters sleep on the key's channel (listen_bell.hpp). README.md says why.
+// server's clock; shared holds in a table beside it, through PL/pgSQL functions; waiters sleep
+// on the key's channel (listen_bell.hpp). README.md says why.
 
+#include <algorithm>
 #include <memory>
+#include <mutex>
+#include <set>
+#include <tuple>
 #include <utility>
 
 #include "backends/bell_waiter.hpp"
@@ -15,9 +20,11 @@
 namespace dlock::backends::postgres {
 namespace {
 
-// A holder as inspect, list and force-release read it: owner, token, holds, ttl left, time held
-// from column `first` on.
-LockInfo holder(const Row& row, std::string key, std::size_t first) {
+constexpr const char* kSharedOwner = " shared";  // the key's row while held shared (no owner has a space first)
+
+// A holder as the statements report it: owner, token, holds, ttl left, time held from column
+// `first` on, then whether it holds shared when `shared_column`.
+LockInfo holder(const Row& row, std::string key, std::size_t first, bool shared_column = false) {
   LockInfo info;
   info.key = std::move(key);
   info.owner = row[first].value_or("");
@@ -26,10 +33,14 @@ LockInfo holder(const Row& row, std::string key, std::size_t first) {
   info.ttl_left = to_ms(row[first + 3]);
   info.held_for = to_ms(row[first + 4]);
   info.evicted = info.hold_count == 0;
+  if (shared_column && row[first + 5] == "t") info.mode = LockMode::shared;
   return info;
 }
 
 std::string ms_text(std::chrono::milliseconds ms) { return std::to_string(ms.count()); }
+
+// A waiting writer renews its claim at least this often (backend.hpp: at most half of it).
+constexpr auto kClaimRenewal = backend::kWriterClaim / 2;
 
 class LeaseBackend final : public backend::Backend {
  public:
@@ -42,30 +53,31 @@ class LeaseBackend final : public backend::Backend {
     c.spans_processes = true;
     c.holds_outlive_the_client = true;
     c.records_acquisition_time = true;
+    c.shared_holders = true;
     return c;
   }
 
   backend::AcquireResult acquire(const backend::AcquireRequest& request) override {
-    if (request.mode != LockMode::exclusive) {
-      throw InvalidArgument("postgres:// has no shared holds yet (read-write locks, semaphores)", std::string(request.key));
-    }
+    if (request.mode == LockMode::shared) return acquire_shared(request);
     const std::string ttl = ms_text(request.ttl);
     if (request.waiting) {
       const auto rows = query(request.key, sql_.acquire_waiting, {request.key, request.owner, ttl});
       const Row& row = rows.at(0);
       if (row[0] == "t") return backend::Acquired{to_u64(row[2]), static_cast<std::uint32_t>(to_u64(row[3]))};
-      LockInfo info = holder(row, std::string(request.key), 1);
-      const auto left = info.ttl_left;
-      return backend::Busy{{std::move(info)}, left};
+      const std::string owner = row[1].value_or("");
+      if (owner.empty() || to_ms(row[4]).count() == 0) {
+        // Free, but held for the readers who waited behind its last writer.
+        return backend::Busy{{}, std::clamp(to_ms(row[6]), std::chrono::milliseconds(1), kClaimRenewal)};
+      }
+      auto busy = owner == kSharedOwner ? holders_busy(request.key) : backend::Busy{{holder(row, std::string(request.key), 1)}, {}};
+      if (!busy.holders.empty()) busy.retry_within = std::min(busy.holders.front().ttl_left, kClaimRenewal);
+      return busy;
     }
     const auto rows = query(request.key, sql_.acquire, {request.key, request.owner, ttl});
     if (!rows.empty()) {
       return backend::Acquired{to_u64(rows[0][0]), static_cast<std::uint32_t>(to_u64(rows[0][1]))};
     }
-    auto holders = inspect(request.key);
-    // Freed between the two statements: attempt again at once.
-    const auto left = holders.empty() ? std::chrono::milliseconds(0) : holders.front().ttl_left;
-    return backend::Busy{std::move(holders), left};
+    return holders_busy(request.key);
   }
 
   std::unique_ptr<backend::Waiter> waiter(const backend::AcquireRequest& request) override {
@@ -73,35 +85,55 @@ class LeaseBackend final : public backend::Backend {
   }
 
   bool renew(const backend::LeaseRef& lease, std::chrono::milliseconds ttl) override {
-    return !query(lease.key, sql_.renew, {lease.key, lease.owner, std::to_string(lease.token), ms_text(ttl)}).empty();
+    const std::string token = std::to_string(lease.token);
+    const auto renew_shared = [&] {
+      return query(lease.key, sql_.shared_renew, {lease.key, lease.owner, token, ms_text(ttl)}).at(0)[0] == "t";
+    };
+    if (is_shared(lease)) return renew_shared();
+    // A shared hold another client took (an explicit owner shared across clients) is not known
+    // here: tried second.
+    return !query(lease.key, sql_.renew, {lease.key, lease.owner, token, ms_text(ttl)}).empty() || renew_shared();
   }
 
   std::optional<std::uint32_t> release(const backend::LeaseRef& lease) override {
     const std::string token = std::to_string(lease.token);
     const std::string channel = key_channel(settings_.table, lease.key);
+    const auto release_shared = [&]() -> std::optional<std::uint32_t> {
+      const auto rows = query(lease.key, sql_.shared_free, {lease.key, lease.owner, token, channel});
+      const auto& left = rows.at(0)[0];
+      if (!left || *left == "0") forget_shared(lease);
+      if (!left) return std::nullopt;
+      return static_cast<std::uint32_t>(to_u64(left));
+    };
+    if (is_shared(lease)) return release_shared();
     const auto rows = query(lease.key, sql_.release, {lease.key, lease.owner, token, channel});
     if (!rows.empty()) return static_cast<std::uint32_t>(to_u64(rows[0][0]));
-    query(lease.key, sql_.release_stale, {lease.key, lease.owner, token, channel});
-    return std::nullopt;
+    if (!query(lease.key, sql_.release_stale, {lease.key, lease.owner, token, channel}).empty()) return std::nullopt;
+    return release_shared();
   }
 
   std::vector<LockInfo> inspect(std::string_view key) override {
     std::vector<LockInfo> holders;
-    for (const auto& row : query(key, sql_.inspect, {key})) holders.push_back(holder(row, std::string(key), 0));
+    for (const auto& row : query(key, sql_.inspect, {key})) holders.push_back(holder(row, std::string(key), 1, true));
     return holders;
   }
 
   ListPage list(std::string_view prefix, std::string_view after, std::size_t limit) override {
     if (limit == 0) return {};
-    // One row more than asked tells whether another page follows.
+    // One key more than asked tells whether another page follows.
     const std::string most = std::to_string(std::min<std::size_t>(limit, INT64_MAX - 1) + 1);
     ListPage page;
+    std::size_t keys = 0;
     for (const auto& row : query({}, sql_.list, {prefix, after, most})) {
-      if (page.locks.size() == limit) {
-        page.next_after = page.locks.back().key;
-        break;
+      const std::string key = row[0].value_or("");
+      if (page.locks.empty() || page.locks.back().key != key) {
+        if (keys == limit) {
+          page.next_after = page.locks.back().key;
+          break;
+        }
+        ++keys;
       }
-      page.locks.push_back(holder(row, row[0].value_or(""), 1));
+      page.locks.push_back(holder(row, key, 1, true));
     }
     return page;
   }
@@ -110,18 +142,15 @@ class LeaseBackend final : public backend::Backend {
                                       std::optional<std::uint64_t> token) override {
     const std::optional<std::string> token_text = token ? std::optional(std::to_string(*token)) : std::nullopt;
     const Param token_param = token_text ? Param(*token_text) : std::nullopt;
+    const std::string immediate = eviction == Eviction::immediate ? "t" : "f";
     std::vector<LockInfo> evicted;
-    const auto rows =
-        eviction == Eviction::immediate
-            ? query(key, sql_.force_immediate, {key, token_param, key_channel(settings_.table, key)})
-            : query(key, sql_.force_delayed, {key, token_param});
-    for (const auto& row : rows) evicted.push_back(holder(row, std::string(key), 0));
+    for (const auto& row : query(key, sql_.evict, {key, token_param, immediate, key_channel(settings_.table, key)})) {
+      evicted.push_back(holder(row, std::string(key), 0, true));
+    }
     return evicted;
   }
 
-  void ping() override {
-    store_.query({}, "SELECT 1", {});
-  }
+  void ping() override { store_.query({}, "SELECT 1", {}); }
 
   backend::ActivityLedger* activity() noexcept override { return &activity_; }
 
@@ -144,10 +173,55 @@ class LeaseBackend final : public backend::Backend {
     return store_.query(key, sql, params);
   }
 
+  backend::AcquireResult acquire_shared(const backend::AcquireRequest& request) {
+    const auto rows = query(request.key, sql_.shared_take,
+                            {request.key, request.owner, ms_text(request.ttl), std::to_string(request.permits),
+                             request.waiting ? "t" : "f", std::to_string(request.waited_behind)});
+    const Row& first = rows.at(0);
+    if (first[0] == "acquired") {
+      if (first[6] == "t") remember_shared({request.key, request.owner, to_u64(first[2])});
+      return backend::Acquired{to_u64(first[2]), static_cast<std::uint32_t>(to_u64(first[3]))};
+    }
+    if (first[0] == "permits") {
+      throw backend::permits_disagree(request.key, static_cast<std::uint32_t>(to_u64(first[3])), request.permits);
+    }
+    backend::Busy busy{{}, std::chrono::milliseconds::max()};
+    for (const auto& row : rows) {
+      busy.retry_within = std::min(busy.retry_within, to_ms(row[7]));
+      if (row[1]) busy.holders.push_back(holder(row, std::string(request.key), 1, true));
+    }
+    return busy;
+  }
+
+  // The key's live holders, as a Busy answer.
+  backend::Busy holders_busy(std::string_view key) {
+    auto holders = inspect(key);
+    // Freed between the two statements (or held for waiting readers): attempt again soon.
+    const auto left = holders.empty() ? std::chrono::milliseconds(1) : holders.front().ttl_left;
+    return backend::Busy{std::move(holders), left};
+  }
+
+  // The shared holds this client took: their release and renewal go straight to the functions.
+  using LeaseId = std::tuple<std::string, std::string, std::uint64_t>;
+  void remember_shared(const backend::LeaseRef& lease) {
+    const std::lock_guard lock(shared_mutex_);
+    shared_.emplace(std::string(lease.key), std::string(lease.owner), lease.token);
+  }
+  void forget_shared(const backend::LeaseRef& lease) {
+    const std::lock_guard lock(shared_mutex_);
+    shared_.erase(LeaseId(lease.key, lease.owner, lease.token));
+  }
+  bool is_shared(const backend::LeaseRef& lease) {
+    const std::lock_guard lock(shared_mutex_);
+    return shared_.contains(LeaseId(lease.key, lease.owner, lease.token));
+  }
+
   Store store_;
   const Settings& settings_ = store_.settings();
   const LeaseSql sql_{settings_.table};
   ActivityTable activity_{store_};
+  std::mutex shared_mutex_;
+  std::set<LeaseId> shared_;
 };
 
 }  // namespace

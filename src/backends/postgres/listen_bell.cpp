@@ -24,13 +24,18 @@ ListenBell::ListenBell(Pool& bells, const Settings& settings, std::string_view k
       channel_(key_channel(settings.table, key)),
       slot_(std::to_string(key_slot(settings.table, key))) {}
 
-ListenBell::~ListenBell() {
+ListenBell::~ListenBell() { leave_line(); }
+
+void ListenBell::pass_on() noexcept { leave_line(); }
+
+void ListenBell::leave_line() noexcept {
   if (!connection_ || !next_in_line_) return;
+  next_in_line_ = false;
   try {
     // The next waiter gets the slot as the server reads this.
     (*connection_)->run("UNLISTEN *; SELECT pg_advisory_unlock_all()");
   } catch (const PgError&) {
-    (*connection_)->discard();  // closed, and its slot freed with it
+    drop_connection();  // closed, and its slot freed with it
   }
 }
 

@@ -37,9 +37,13 @@ class ListenBell final : public Bell {
 
   void arm() override;
   bool wait_until(std::chrono::steady_clock::time_point deadline) override;
+  // Gives the slot to the next in line (this waiter asks again at its next wait): after a
+  // shared grant, and when a claim keeps this waiter out of a key no holder will free.
+  void pass_on() noexcept override;
 
  private:
   void drop_connection() noexcept;
+  void leave_line() noexcept;
 
   Pool& bells_;
   const Settings& settings_;
