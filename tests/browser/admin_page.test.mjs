@@ -190,9 +190,9 @@ function keepersOf(name) {
 async function startStack(t) {
   const binary = dlockBinary();
   const dir = mkdtempSync(join(tmpdir(), 'dlock-browser-'));
-  // DLOCK_SERVE_TEST_URL: a server (mysql://, redis://, redlock://, zookeeper://) to run on
-  // instead, in a fresh table (mysql), key namespace (redis, redlock) or node path (zookeeper,
-  // whose URL then has neither).
+  // DLOCK_SERVE_TEST_URL: a server (mysql://, postgres://, redis://, redlock://, zookeeper://)
+  // to run on instead, in a fresh table (mysql, postgres), key namespace (redis, redlock) or
+  // node path (zookeeper, whose URL then has neither).
   const server = process.env.DLOCK_SERVE_TEST_URL;
   const name = `browser_${basename(dir).replace(/[^A-Za-z0-9]/g, '_')}`;
   const own = server?.startsWith('redis') || server?.startsWith('redlock') ? 'namespace' : 'table';

@@ -25,7 +25,7 @@ std::string trimmed(const char* message) {
 
 }  // namespace
 
-Connection::Connection(const ConnectOptions& options) {
+Connection::Connection(const ConnectOptions& options) : read_timeout_(options.read_timeout) {
   const std::string port = std::to_string(options.port);
   // libpq counts whole seconds, at least 2.
   const std::string timeout = std::to_string(std::max<long long>(2, (options.connect_timeout.count() + 999) / 1000));
@@ -97,8 +97,11 @@ void Connection::fail(PGresult* result, bool sent) {
 const char* Connection::prepared(const std::string& sql) {
   if (const auto it = statements_.find(sql); it != statements_.end()) return it->second.c_str();
   const std::string name = "dlock_" + std::to_string(statements_.size() + 1);
-  const Result result(PQprepare(conn_, name.c_str(), sql.c_str(), 0, nullptr));
-  if (PQresultStatus(result.get()) != PGRES_COMMAND_OK) fail(result.get(), false);
+  if (PQsendPrepare(conn_, name.c_str(), sql.c_str(), 0, nullptr) != 1) fail(nullptr, false);
+  if (!finish_sent(std::chrono::steady_clock::now() + read_timeout_)) {
+    broken_ = true;
+    throw PgError{"", "no answer within read_timeout=" + std::to_string(read_timeout_.count()) + "ms", true, false};
+  }
   return statements_.emplace(sql, name).first->second.c_str();
 }
 
@@ -139,10 +142,14 @@ struct TextParams {
 }  // namespace
 
 std::vector<Row> Connection::query(const std::string& sql, std::initializer_list<Param> params) {
-  const char* name = prepared(sql);
-  const TextParams p(params);
-  return rows_of(PQexecPrepared(conn_, name, static_cast<int>(p.values.size()), p.values.data(), nullptr, nullptr, 0),
-                 true);
+  send(sql, params);
+  auto rows = finish_sent(std::chrono::steady_clock::now() + read_timeout_);
+  if (!rows) {
+    // The server may still run it: the session is given up, which ends the statement there.
+    broken_ = true;
+    throw PgError{"", "no answer within read_timeout=" + std::to_string(read_timeout_.count()) + "ms", true, true};
+  }
+  return *std::move(rows);
 }
 
 void Connection::run(const std::string& sql) {

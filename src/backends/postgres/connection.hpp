@@ -25,6 +25,9 @@ struct ConnectOptions {
   std::string sslmode = "prefer";  // as libpq means it: disable, allow, prefer, require, verify-ca, verify-full
   std::string sslrootcert;         // verify-ca and verify-full: the CA certificates (PEM)
   std::chrono::milliseconds connect_timeout{5'000};
+  // How long a statement may go unanswered before its connection is given up (a partition, a
+  // hung server); a waiter's wait in the server is not bound by it.
+  std::chrono::milliseconds read_timeout{30'000};
   std::string redacted_url;  // for messages: the URL without its password
 };
 
@@ -90,6 +93,7 @@ class Connection {
   bool wait_readable(std::chrono::steady_clock::time_point deadline);
   [[noreturn]] void fail(PGresult* result, bool sent);
 
+  std::chrono::milliseconds read_timeout_;
   PGconn* conn_ = nullptr;
   bool broken_ = false;
   std::unordered_map<std::string, std::string> statements_;  // SQL text -> prepared name

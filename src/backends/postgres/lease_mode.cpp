@@ -81,7 +81,7 @@ class LeaseBackend final : public backend::Backend {
   }
 
   std::unique_ptr<backend::Waiter> waiter(const backend::AcquireRequest& request) override {
-    return std::make_unique<BellWaiter>(*this, request, std::make_unique<ListenBell>(store_.bells(), settings_, request.key));
+    return std::make_unique<BellWaiter>(*this, request, std::make_unique<ListenBell>(store_.pool(), settings_, request.key));
   }
 
   bool renew(const backend::LeaseRef& lease, std::chrono::milliseconds ttl) override {

@@ -1,10 +1,17 @@
 #include "backends/postgres/listen_bell.hpp"
 
+#include <algorithm>
 #include <cstdio>
+#include <thread>
 
 #include "core/stable_hash.hpp"
 
 namespace dlock::backends::postgres {
+namespace {
+
+constexpr std::chrono::milliseconds kRetryPause{50};
+
+}  // namespace
 
 std::string key_channel(const std::string& table, std::string_view key) {
   char hex[17];
@@ -17,10 +24,8 @@ std::int64_t key_slot(const std::string& table, std::string_view key) {
   return static_cast<std::int64_t>(core::stable_hash("slot\n" + table + '\n' + std::string(key)));
 }
 
-ListenBell::ListenBell(Pool& bells, const Settings& settings, std::string_view key)
-    : bells_(bells),
-      settings_(settings),
-      key_(key),
+ListenBell::ListenBell(Pool& pool, const Settings& settings, std::string_view key)
+    : pool_(pool),
       channel_(key_channel(settings.table, key)),
       slot_(std::to_string(key_slot(settings.table, key))) {}
 
@@ -34,6 +39,7 @@ void ListenBell::leave_line() noexcept {
   try {
     // The next waiter gets the slot as the server reads this.
     (*connection_)->run("UNLISTEN *; SELECT pg_advisory_unlock_all()");
+    (*connection_)->drop_notifications();
   } catch (const PgError&) {
     drop_connection();  // closed, and its slot freed with it
   }
@@ -50,16 +56,15 @@ void ListenBell::arm() {
   // What was rung before this attempt, the attempt sees.
   try {
     (*connection_)->drop_notifications();
-  } catch (const PgError& e) {
-    drop_connection();
-    raise(e, settings_, key_);
+  } catch (const PgError&) {
+    drop_connection();  // the next wait joins the line again
   }
 }
 
 bool ListenBell::wait_until(std::chrono::steady_clock::time_point deadline) {
   try {
     if (next_in_line_) return (*connection_)->wait_for_notification(deadline);
-    if (!connection_) connection_.emplace(bells_.take());
+    if (!connection_) connection_.emplace(pool_.take());
     auto& connection = **connection_;
     connection.send("SELECT pg_advisory_lock($1::bigint)", {slot_});
     auto granted = connection.finish_sent(deadline);
@@ -69,9 +74,13 @@ bool ListenBell::wait_until(std::chrono::steady_clock::time_point deadline) {
     next_in_line_ = true;
     // The key may have been freed while this waiter queued: look again before sleeping.
     return true;
-  } catch (const PgError& e) {
+  } catch (const PgError&) {
+    // The waiter's connection broke (killed, a restart) or cannot be made: the call goes on,
+    // its attempts reporting what they find. A short pause keeps a server that refuses only
+    // the waiter's connection from turning this into a busy loop.
     drop_connection();
-    raise(e, settings_, key_);
+    std::this_thread::sleep_until(std::min(deadline, std::chrono::steady_clock::now() + kRetryPause));
+    return false;
   }
 }
 

@@ -29,8 +29,9 @@ std::int64_t key_slot(const std::string& table, std::string_view key);
 
 class ListenBell final : public Bell {
  public:
-  // `bells`: connections for waiters only (they LISTEN and hold advisory locks).
-  ListenBell(Pool& bells, const Settings& settings, std::string_view key);
+  // `pool`: where the waiter's connection comes from, and goes back to with no slot held and
+  // nothing listened to.
+  ListenBell(Pool& pool, const Settings& settings, std::string_view key);
   ~ListenBell() override;
   ListenBell(const ListenBell&) = delete;
   ListenBell& operator=(const ListenBell&) = delete;
@@ -45,9 +46,7 @@ class ListenBell final : public Bell {
   void drop_connection() noexcept;
   void leave_line() noexcept;
 
-  Pool& bells_;
-  const Settings& settings_;
-  const std::string key_;
+  Pool& pool_;
   const std::string channel_;
   const std::string slot_;
   std::optional<Pool::Lease> connection_;

@@ -28,6 +28,7 @@ std::shared_ptr<backend::Backend> make_postgres_backend(const core::Url& url) {
   settings.create_table = options.take_bool("create_table").value_or(true);
   auto& c = settings.connect;
   c.connect_timeout = options.take_duration("connect_timeout").value_or(c.connect_timeout);
+  c.read_timeout = options.take_duration("read_timeout").value_or(c.read_timeout);
   c.sslrootcert = options.take_string("sslrootcert").value_or("");
   c.sslmode = options.take_string("sslmode").value_or(c.sslrootcert.empty() ? c.sslmode : "verify-full");
   options.finish();
@@ -37,6 +38,11 @@ std::shared_ptr<backend::Backend> make_postgres_backend(const core::Url& url) {
                              kName);
   }
   postgres_schema(settings.table);  // validates the name
+  if (c.read_timeout < std::chrono::seconds(1)) {
+    throw ConfigurationError("postgres:// read_timeout must be at least 1s; got " +
+                                 std::to_string(c.read_timeout.count()) + "ms",
+                             kName);
+  }
   static const char* const kSslModes[] = {"disable", "allow", "prefer", "require", "verify-ca", "verify-full"};
   if (std::find(std::begin(kSslModes), std::end(kSslModes), c.sslmode) == std::end(kSslModes)) {
     throw ConfigurationError("postgres:// sslmode must be disable, allow, prefer, require, verify-ca or verify-full; got '" +

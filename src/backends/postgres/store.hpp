@@ -16,11 +16,12 @@ namespace dlock::backends::postgres {
 
 class Store {
  public:
-  explicit Store(Settings settings) : settings_(std::move(settings)), pool_(settings_.connect), bells_(settings_.connect) {}
+  explicit Store(Settings settings) : settings_(std::move(settings)), pool_(settings_.connect) {}
 
   const Settings& settings() const noexcept { return settings_; }
-  // Connections for waiters only: they LISTEN and hold advisory locks (listen_bell.hpp).
-  Pool& bells() noexcept { return bells_; }
+  // A waiter takes its connection from here too, and gives it back as it found it
+  // (listen_bell.hpp): a waiting call rarely needs a new one.
+  Pool& pool() noexcept { return pool_; }
 
   // Runs `f` on a pooled connection; makes the tables when `f` finds them missing, and runs it
   // again. Throws the dlock error for what failed (common.hpp's raise), about `key`.
@@ -51,7 +52,6 @@ class Store {
 
   const Settings settings_;
   Pool pool_;
-  Pool bells_;
 };
 
 }  // namespace dlock::backends::postgres
