@@ -196,21 +196,6 @@ std::optional<std::vector<Row>> Connection::finish_sent(std::chrono::steady_cloc
   return rows;
 }
 
-std::optional<std::vector<Row>> Connection::cancel_sent() {
-  if (PGcancel* cancel = PQgetCancel(conn_)) {
-    char message[256];
-    PQcancel(cancel, message, sizeof message);
-    PQfreeCancel(cancel);
-  }
-  try {
-    auto rows = finish_sent(std::chrono::steady_clock::time_point::max());
-    return rows;
-  } catch (const PgError& e) {
-    if (e.sqlstate == "57014") return std::nullopt;  // query_canceled
-    throw;
-  }
-}
-
 bool Connection::wait_for_notification(std::chrono::steady_clock::time_point deadline) {
   for (;;) {
     if (PQconsumeInput(conn_) != 1) fail(nullptr, true);

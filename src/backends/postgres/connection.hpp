@@ -65,11 +65,8 @@ class Connection {
   // finish_sent() collects it. Throws PgError.
   void send(const std::string& sql, std::initializer_list<Param> params);
   // Waits for the answer to send() until `deadline`; nothing when the deadline came first (the
-  // statement goes on in the server: cancel_sent() it).
+  // statement goes on in the server, and a later call collects it).
   std::optional<std::vector<Row>> finish_sent(std::chrono::steady_clock::time_point deadline);
-  // Asks the server to cancel the statement sent, and collects its answer: the rows when it
-  // completed before the cancel arrived, nothing when it was cancelled.
-  std::optional<std::vector<Row>> cancel_sent();
 
   // Waits for a notification (LISTEN) until `deadline`: true when one came, or one had come
   // since the last call. Throws PgError when the connection breaks.

@@ -57,11 +57,38 @@ class LeaseBackend final : public backend::Backend {
     return c;
   }
 
-  backend::AcquireResult acquire(const backend::AcquireRequest& request) override {
-    if (request.mode == LockMode::shared) return acquire_shared(request);
+  backend::AcquireResult acquire(const backend::AcquireRequest& request) override { return acquire_on(request, nullptr); }
+
+  std::unique_ptr<backend::Waiter> waiter(const backend::AcquireRequest& request) override {
+    auto bell = std::make_unique<ListenBell>(store_.pool(), settings_, request.key);
+    ListenBell* line = bell.get();  // owned by the waiter, as this attempt function is
+    const auto attempt = [this, line](const backend::AcquireRequest& r) {
+      Connection* on = nullptr;
+      try {
+        on = line->connection();
+      } catch (const PgError& e) {
+        raise(e, settings_, r.key);
+      }
+      auto result = acquire_on(r, on);
+      // A waiter not yet next in line is woken by the slot's grant, not by looking again: its
+      // attempts would only barge in ahead of the line (and renew the writer's claim, which
+      // the one next in line renews). It looks again when the holders' leases would end.
+      if (auto* busy = std::get_if<backend::Busy>(&result); busy && !busy->holders.empty() && !line->next_in_line()) {
+        busy->retry_within = std::min_element(busy->holders.begin(), busy->holders.end(), [](const auto& a, const auto& b) {
+                               return a.ttl_left < b.ttl_left;
+                             })->ttl_left;
+      }
+      return result;
+    };
+    return std::make_unique<BellWaiter>(attempt, request, std::move(bell));
+  }
+
+  // One attempt, on `on` (a waiter's connection) or a pooled connection.
+  backend::AcquireResult acquire_on(const backend::AcquireRequest& request, Connection* on) {
+    if (request.mode == LockMode::shared) return acquire_shared(request, on);
     const std::string ttl = ms_text(request.ttl);
     if (request.waiting) {
-      const auto rows = query(request.key, sql_.acquire_waiting, {request.key, request.owner, ttl});
+      const auto rows = query(request.key, sql_.acquire_waiting, {request.key, request.owner, ttl}, on);
       const Row& row = rows.at(0);
       if (row[0] == "t") return backend::Acquired{to_u64(row[2]), static_cast<std::uint32_t>(to_u64(row[3]))};
       const std::string owner = row[1].value_or("");
@@ -69,19 +96,16 @@ class LeaseBackend final : public backend::Backend {
         // Free, but held for the readers who waited behind its last writer.
         return backend::Busy{{}, std::clamp(to_ms(row[6]), std::chrono::milliseconds(1), kClaimRenewal)};
       }
-      auto busy = owner == kSharedOwner ? holders_busy(request.key) : backend::Busy{{holder(row, std::string(request.key), 1)}, {}};
+      auto busy = owner == kSharedOwner ? holders_busy(request.key, on)
+                                        : backend::Busy{{holder(row, std::string(request.key), 1)}, {}};
       if (!busy.holders.empty()) busy.retry_within = std::min(busy.holders.front().ttl_left, kClaimRenewal);
       return busy;
     }
-    const auto rows = query(request.key, sql_.acquire, {request.key, request.owner, ttl});
+    const auto rows = query(request.key, sql_.acquire, {request.key, request.owner, ttl}, on);
     if (!rows.empty()) {
       return backend::Acquired{to_u64(rows[0][0]), static_cast<std::uint32_t>(to_u64(rows[0][1]))};
     }
-    return holders_busy(request.key);
-  }
-
-  std::unique_ptr<backend::Waiter> waiter(const backend::AcquireRequest& request) override {
-    return std::make_unique<BellWaiter>(*this, request, std::make_unique<ListenBell>(store_.pool(), settings_, request.key));
+    return holders_busy(request.key, on);
   }
 
   bool renew(const backend::LeaseRef& lease, std::chrono::milliseconds ttl) override {
@@ -112,11 +136,7 @@ class LeaseBackend final : public backend::Backend {
     return release_shared();
   }
 
-  std::vector<LockInfo> inspect(std::string_view key) override {
-    std::vector<LockInfo> holders;
-    for (const auto& row : query(key, sql_.inspect, {key})) holders.push_back(holder(row, std::string(key), 1, true));
-    return holders;
-  }
+  std::vector<LockInfo> inspect(std::string_view key) override { return inspect_on(key, nullptr); }
 
   ListPage list(std::string_view prefix, std::string_view after, std::size_t limit) override {
     if (limit == 0) return {};
@@ -169,14 +189,22 @@ class LeaseBackend final : public backend::Backend {
   }
 
  private:
-  std::vector<Row> query(std::string_view key, const std::string& sql, std::initializer_list<Param> params) {
-    return store_.query(key, sql, params);
+  std::vector<Row> query(std::string_view key, const std::string& sql, std::initializer_list<Param> params,
+                         Connection* on = nullptr) {
+    return store_.query(key, sql, params, on);
   }
 
-  backend::AcquireResult acquire_shared(const backend::AcquireRequest& request) {
+  std::vector<LockInfo> inspect_on(std::string_view key, Connection* on) {
+    std::vector<LockInfo> holders;
+    for (const auto& row : query(key, sql_.inspect, {key}, on)) holders.push_back(holder(row, std::string(key), 1, true));
+    return holders;
+  }
+
+  backend::AcquireResult acquire_shared(const backend::AcquireRequest& request, Connection* on) {
     const auto rows = query(request.key, sql_.shared_take,
                             {request.key, request.owner, ms_text(request.ttl), std::to_string(request.permits),
-                             request.waiting ? "t" : "f", std::to_string(request.waited_behind)});
+                             request.waiting ? "t" : "f", std::to_string(request.waited_behind)},
+                            on);
     const Row& first = rows.at(0);
     if (first[0] == "acquired") {
       if (first[6] == "t") remember_shared({request.key, request.owner, to_u64(first[2])});
@@ -194,8 +222,8 @@ class LeaseBackend final : public backend::Backend {
   }
 
   // The key's live holders, as a Busy answer.
-  backend::Busy holders_busy(std::string_view key) {
-    auto holders = inspect(key);
+  backend::Busy holders_busy(std::string_view key, Connection* on) {
+    auto holders = inspect_on(key, on);
     // Freed between the two statements (or held for waiting readers): attempt again soon.
     const auto left = holders.empty() ? std::chrono::milliseconds(1) : holders.front().ttl_left;
     return backend::Busy{std::move(holders), left};

@@ -34,6 +34,11 @@ ListenBell::~ListenBell() { leave_line(); }
 void ListenBell::pass_on() noexcept { leave_line(); }
 
 void ListenBell::leave_line() noexcept {
+  if (queued_) {
+    // Still asking for the slot: the server drops the request with the session.
+    drop_connection();
+    return;
+  }
   if (!connection_ || !next_in_line_) return;
   next_in_line_ = false;
   try {
@@ -49,6 +54,14 @@ void ListenBell::drop_connection() noexcept {
   if (connection_) (*connection_)->discard();  // a slot it may hold goes with it
   connection_.reset();
   next_in_line_ = false;
+  queued_ = false;
+}
+
+Connection* ListenBell::connection() {
+  if (queued_) return nullptr;
+  if (connection_ && (*connection_)->broken()) drop_connection();
+  if (!connection_) connection_.emplace(pool_.take());
+  return &**connection_;
 }
 
 void ListenBell::arm() {
@@ -64,13 +77,15 @@ void ListenBell::arm() {
 bool ListenBell::wait_until(std::chrono::steady_clock::time_point deadline) {
   try {
     if (next_in_line_) return (*connection_)->wait_for_notification(deadline);
-    if (!connection_) connection_.emplace(pool_.take());
-    auto& connection = **connection_;
-    connection.send("SELECT pg_advisory_lock($1::bigint)", {slot_});
-    auto granted = connection.finish_sent(deadline);
-    if (!granted) granted = connection.cancel_sent();
-    if (!granted) return false;
-    connection.run("LISTEN " + channel_);
+    if (!queued_) {
+      connection()->send("SELECT pg_advisory_lock($1::bigint)", {slot_});
+      queued_ = true;
+    }
+    // A deadline (the holder's lease, a claim to renew) ends this wait, not the place in line:
+    // the request stays queued in the server, and attempts meanwhile use pooled connections.
+    if (!(*connection_)->finish_sent(deadline)) return false;
+    queued_ = false;
+    (*connection_)->run("LISTEN " + channel_);
     next_in_line_ = true;
     // The key may have been freed while this waiter queued: look again before sleeping.
     return true;

@@ -36,6 +36,14 @@ class ListenBell final : public Bell {
   ListenBell(const ListenBell&) = delete;
   ListenBell& operator=(const ListenBell&) = delete;
 
+  // The waiter's own connection, for its attempts too: one connection per waiting call. Taken
+  // from the pool on first use, and again after it broke. Null while it asks for the slot:
+  // attempts then take a pooled one.
+  Connection* connection();
+
+  // Holds the key's slot: the next waiter the key's release wakes.
+  bool next_in_line() const noexcept { return next_in_line_; }
+
   void arm() override;
   bool wait_until(std::chrono::steady_clock::time_point deadline) override;
   // Gives the slot to the next in line (this waiter asks again at its next wait): after a
@@ -50,6 +58,7 @@ class ListenBell final : public Bell {
   const std::string channel_;
   const std::string slot_;
   std::optional<Pool::Lease> connection_;
+  bool queued_ = false;        // the connection waits in the server for the slot
   bool next_in_line_ = false;  // holds the slot and listens
 };
 

@@ -1,6 +1,9 @@
 #include "backends/postgres/store.hpp"
 
+#include <cstdint>
+
 #include "backends/postgres/lease_sql.hpp"
+#include "core/stable_hash.hpp"
 #include "dlock/errors.hpp"
 
 namespace dlock::backends::postgres {
@@ -15,7 +18,12 @@ void Store::create_tables(Connection& connection, const PgError& missing) {
                              kName);
   }
   try {
-    connection.run(lock_table_schema(settings_.table));
+    // One client at a time (the statements run as one transaction, which holds the advisory
+    // lock to its end): PostgreSQL's CREATE ... IF NOT EXISTS and CREATE OR REPLACE FUNCTION
+    // can fail when another session runs them at the same moment.
+    const auto serial = static_cast<std::int64_t>(core::stable_hash("create\n" + settings_.table));
+    connection.run("SELECT pg_advisory_xact_lock(" + std::to_string(serial) + ");\n" +
+                   lock_table_schema(settings_.table));
   } catch (const PgError& e) {
     if (e.sqlstate == kInsufficientPrivilege) {
       throw ConfigurationError("the lock tables of '" + settings_.table + "' are missing in database '" + c.database +

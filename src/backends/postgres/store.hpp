@@ -4,6 +4,7 @@
 // the lock tables made on first use when they are missing.
 
 #include <initializer_list>
+#include <optional>
 #include <string>
 #include <string_view>
 #include <type_traits>
@@ -23,18 +24,19 @@ class Store {
   // (listen_bell.hpp): a waiting call rarely needs a new one.
   Pool& pool() noexcept { return pool_; }
 
-  // Runs `f` on a pooled connection; makes the tables when `f` finds them missing, and runs it
-  // again. Throws the dlock error for what failed (common.hpp's raise), about `key`.
+  // Runs `f` on `on`, or on a pooled connection; makes the tables when `f` finds them missing,
+  // and runs it again. Throws the dlock error for what failed (common.hpp's raise), about `key`.
   template <class F>
-  std::invoke_result_t<F&, Connection&> with_connection(std::string_view key, F&& f) {
+  std::invoke_result_t<F&, Connection&> with_connection(std::string_view key, F&& f, Connection* on = nullptr) {
     for (bool created = false;; created = true) {
       try {
-        auto connection = pool_.take();
+        std::optional<Pool::Lease> pooled;
+        Connection& connection = on ? *on : *pooled.emplace(pool_.take());
         try {
-          return f(*connection);
+          return f(connection);
         } catch (const PgError& e) {
           if (created || (e.sqlstate != kUndefinedTable && e.sqlstate != kUndefinedFunction)) throw;
-          create_tables(*connection, e);
+          create_tables(connection, e);
         }
       } catch (const PgError& e) {
         raise(e, settings_, key);
@@ -42,9 +44,10 @@ class Store {
     }
   }
 
-  // A prepared statement's rows.
-  std::vector<Row> query(std::string_view key, const std::string& sql, std::initializer_list<Param> params) {
-    return with_connection(key, [&](Connection& c) { return c.query(sql, params); });
+  // A prepared statement's rows, on `on` or a pooled connection.
+  std::vector<Row> query(std::string_view key, const std::string& sql, std::initializer_list<Param> params,
+                         Connection* on = nullptr) {
+    return with_connection(key, [&](Connection& c) { return c.query(sql, params); }, on);
   }
 
  private:
