@@ -158,11 +158,10 @@ TEST_F(PostgresFault, KilledConnectionsUnderAHolderAndAWaiter) {
     auto acquired = waiter.try_acquire_for("k", 30s, LockOptions{.ttl = 5s});
     return std::pair{static_cast<bool>(acquired), Clock::now()};
   });
-  // The waiter is in line: it holds the key's slot and listens.
-  ASSERT_TRUE(eventually([] { return admin("SELECT count(*) FROM pg_stat_activity WHERE application_name = 'dlock' "
-                                           "AND query LIKE 'LISTEN%'") != "0"; },
+  // The waiter is next in line: it holds the key's slot (and listens).
+  ASSERT_TRUE(eventually([] { return admin("SELECT count(*) FROM pg_locks WHERE locktype = 'advisory' AND granted") != "0"; },
                          10s))
-      << "the waiter never listened";
+      << "the waiter never took the key's slot";
   EXPECT_GE(terminate_dlock_sessions(), 2);
   std::this_thread::sleep_for(200ms);
   EXPECT_TRUE(lease.held());
