@@ -12,6 +12,13 @@ bool valid_table(std::string_view name) {
          std::all_of(name.begin(), name.end(), [](char c) { return std::isalnum(static_cast<unsigned char>(c)) || c == '_'; });
 }
 
+std::string replace_all(std::string text, const std::string& from, const std::string& to) {
+  for (auto at = text.find(from); at != std::string::npos; at = text.find(from, at + to.size())) {
+    text.replace(at, from.size(), to);
+  }
+  return text;
+}
+
 std::uint64_t to_u64(const std::optional<std::string>& text) { return text ? std::stoull(*text) : 0; }
 
 std::chrono::milliseconds to_ms(const std::optional<std::string>& text) {

@@ -44,6 +44,9 @@ inline constexpr std::string_view kDuplicateObject = "42710";
 // BackendError otherwise. Never prints the password.
 [[noreturn]] void raise(const PgError& e, const Settings& settings, std::string_view key);
 
+// `text` with every `from` replaced by `to` (the statements' placeholders).
+std::string replace_all(std::string text, const std::string& from, const std::string& to);
+
 // Text columns as numbers.
 std::uint64_t to_u64(const std::optional<std::string>& text);
 std::chrono::milliseconds to_ms(const std::optional<std::string>& text);

@@ -1,5 +1,7 @@
 #include "backends/postgres/lease_sql.hpp"
 
+#include "backends/postgres/common.hpp"
+
 namespace dlock::backends::postgres {
 namespace {
 
@@ -22,13 +24,6 @@ constexpr const char* kTtlLeft =
     "GREATEST(0, CEIL(EXTRACT(EPOCH FROM (expires_at - clock_timestamp())) * 1000))::bigint";
 constexpr const char* kHeldFor =
     "GREATEST(0, FLOOR(EXTRACT(EPOCH FROM (clock_timestamp() - acquired_at)) * 1000))::bigint";
-
-std::string replace_all(std::string text, const std::string& from, const std::string& to) {
-  for (auto at = text.find(from); at != std::string::npos; at = text.find(from, at + to.size())) {
-    text.replace(at, from.size(), to);
-  }
-  return text;
-}
 
 // The live holders of the keys `where` selects (then `order`, a LIMIT), in the lock table: the
 // exclusive holder, or the shared holders of a row owned by ' shared'. Columns: key, owner,

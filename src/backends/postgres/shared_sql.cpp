@@ -4,15 +4,10 @@
 
 #include "backends/postgres/lease_sql.hpp"
 
+#include "backends/postgres/common.hpp"
+
 namespace dlock::backends::postgres {
 namespace {
-
-std::string replace_all(std::string text, const std::string& from, const std::string& to) {
-  for (auto at = text.find(from); at != std::string::npos; at = text.find(from, at + to.size())) {
-    text.replace(at, from.size(), to);
-  }
-  return text;
-}
 
 // {T} is the lock table. ms(x) is an interval in whole milliseconds, rounded up.
 constexpr const char* kFunctions = R"sql(
