@@ -3,8 +3,8 @@
 # (scripts/servers/postgres.sh, default durability): the floors first (`SELECT 1`, a
 # pg_advisory_lock / pg_advisory_unlock pair, one durable one-row UPDATE, the advisory lock's
 # wake-up between two connections: bench/postgres_yardstick.cpp), then `dlock bench`'s
-# workloads (docs/bench.md): ping, uncontended, distinct keys (8 processes), contended (8, 2 and
-# 64 processes). JSON lines on stdout.
+# workloads (docs/bench.md) in each mode (MODES, default "lease session"): ping, uncontended,
+# distinct keys (8 processes), contended (8, 2 and 64 processes). JSON lines on stdout.
 #
 #   bench/postgres.sh [DLOCK_BINARY]      (default build/release/dlock)
 #
@@ -28,13 +28,15 @@ g++ -O2 -std=c++20 bench/postgres_yardstick.cpp $(pkg-config --cflags --libs lib
 "$yardstick" "$DLOCK_PG_URL" "${ITERATIONS:-20000}"
 
 dlock=$(realpath "${1:-build/release/dlock}")
-run() {
-  "$dlock" --url "$DLOCK_PG_URL?table=bench_lease" bench --duration "${DURATION:-10}" "$@" ||
-    echo "postgres.sh: failed: bench $*" >&2
-}
-run --workload ping --clients 1
-run --workload uncontended
-run --workload distinct --clients 8
-for clients in 8 2 64; do
-  run --workload contended --clients "$clients"
+for mode in ${MODES:-lease session}; do
+  run() {
+    "$dlock" --url "$DLOCK_PG_URL?table=bench_$mode&mode=$mode" bench --duration "${DURATION:-10}" "$@" ||
+      echo "postgres.sh: failed: mode=$mode bench $*" >&2
+  }
+  run --workload ping --clients 1
+  run --workload uncontended
+  run --workload distinct --clients 8
+  for clients in 8 2 64; do
+    run --workload contended --clients "$clients"
+  done
 done

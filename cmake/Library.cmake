@@ -145,6 +145,9 @@ if(DLOCK_WITH_POSTGRES)
     src/backends/postgres/listen_bell.cpp
     src/backends/postgres/pool.cpp
     src/backends/postgres/postgres_backend.cpp
+    src/backends/postgres/session_mode.cpp
+    src/backends/postgres/session_sql.cpp
+    src/backends/postgres/session_waiter.cpp
     src/backends/postgres/shared_sql.cpp
     src/backends/postgres/store.cpp)
   target_include_directories(dlock_objects PRIVATE ${PQ_INCLUDE_DIRS})

@@ -82,7 +82,7 @@ if [ "${DLOCK_NO_POSTGRES:-0}" != 1 ]; then
   . "$postgres_dir/env"
   set +a
   echo "test.sh: PostgreSQL on 127.0.0.1:$DLOCK_PG_PORT (data in $postgres_dir)"
-  urls+=("$DLOCK_PG_URL")
+  urls+=("$DLOCK_PG_URL" "$DLOCK_PG_URL?mode=session")
   export DLOCK_POSTGRES_URL="$DLOCK_PG_URL"  # the serve and browser tests add a table of their own
 fi
 [ -n "${DLOCK_TEST_URLS+set}" ] || export DLOCK_TEST_URLS="${urls[*]}"

@@ -547,6 +547,12 @@ class KeeperCliTest : public CliTest {
     const std::string base = url;
     return base + (base.find('?') == std::string::npos ? "?" : "&") + "mode=session";
   }
+  static std::string postgres_session_url() {
+    const char* url = std::getenv("DLOCK_PG_URL");  // NOLINT(concurrency-mt-unsafe)
+    if (url == nullptr || *url == '\0') return {};
+    const std::string base = url;
+    return base + (base.find('?') == std::string::npos ? "?" : "&") + "mode=session";
+  }
   static std::string zookeeper_url() {
     const char* url = std::getenv("DLOCK_ZOOKEEPER_URL");  // NOLINT(concurrency-mt-unsafe)
     if (url == nullptr || *url == '\0') return {};
@@ -664,6 +670,12 @@ TEST_F(KeeperCliTest, LockDelayLastsUntilTheOwnerReleases_MysqlSession) {
   lock_delay_lasts_until_the_owner_releases(url);
 }
 
+TEST_F(KeeperCliTest, LockDelayLastsUntilTheOwnerReleases_PostgresSession) {
+  const std::string url = postgres_session_url();
+  if (url.empty()) GTEST_SKIP() << "DLOCK_PG_URL is not set (scripts/test.sh sets it)";
+  lock_delay_lasts_until_the_owner_releases(url);
+}
+
 TEST_F(KeeperCliTest, LockDelayLastsUntilTheOwnerReleases_Zookeeper) {
   const std::string url = zookeeper_url();
   if (url.empty()) GTEST_SKIP() << "DLOCK_ZOOKEEPER_URL is not set (scripts/test.sh sets it)";
@@ -676,6 +688,12 @@ TEST_F(KeeperCliTest, KeeperHoldsTheLockUntilReleased_MysqlSession) {
   keeper_holds_until_released(url);
 }
 
+TEST_F(KeeperCliTest, KeeperHoldsTheLockUntilReleased_PostgresSession) {
+  const std::string url = postgres_session_url();
+  if (url.empty()) GTEST_SKIP() << "DLOCK_PG_URL is not set (scripts/test.sh sets it)";
+  keeper_holds_until_released(url);
+}
+
 TEST_F(KeeperCliTest, KeeperHoldsTheLockUntilReleased_Zookeeper) {
   const std::string url = zookeeper_url();
   if (url.empty()) GTEST_SKIP() << "DLOCK_ZOOKEEPER_URL is not set (scripts/test.sh sets it)";
@@ -685,6 +703,12 @@ TEST_F(KeeperCliTest, KeeperHoldsTheLockUntilReleased_Zookeeper) {
 TEST_F(KeeperCliTest, ReentryOutlastsTheFirstTtl_MysqlSession) {
   const std::string url = mysql_session_url();
   if (url.empty()) GTEST_SKIP() << "DLOCK_MYSQL_URL is not set (scripts/test.sh sets it)";
+  reentry_outlasts_the_first_ttl(url);
+}
+
+TEST_F(KeeperCliTest, ReentryOutlastsTheFirstTtl_PostgresSession) {
+  const std::string url = postgres_session_url();
+  if (url.empty()) GTEST_SKIP() << "DLOCK_PG_URL is not set (scripts/test.sh sets it)";
   reentry_outlasts_the_first_ttl(url);
 }
 

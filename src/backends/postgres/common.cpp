@@ -52,6 +52,12 @@ void raise(const PgError& e, const Settings& settings, std::string_view key) {
                                  c.database + "' from this host (pg_hba.conf)" + detail,
                              kName);
   }
+  if (e.sqlstate == kInsufficientPrivilege && mentions(e.message, "terminate")) {
+    throw ConfigurationError("session mode frees a lock held by another connection by ending that connection, but user '" +
+                                 c.user + "' may not end it (pg_terminate_backend); GRANT pg_signal_backend TO " +
+                                 c.user + ", or run every client as one user" + detail,
+                             kName);
+  }
   if (e.sqlstate == kInsufficientPrivilege) {
     throw ConfigurationError("user '" + c.user + "' lacks a privilege on the lock table '" + settings.table +
                                  "'; GRANT SELECT, INSERT, UPDATE, DELETE on it and USAGE on " + settings.table +
@@ -70,5 +76,20 @@ void raise(const PgError& e, const Settings& settings, std::string_view key) {
                          e.sqlstate.starts_with("08");
   throw BackendError("PostgreSQL refused a statement of " + url + detail, kName, std::string(key), retryable);
 }
+
+LockInfo holder_of(const Row& row, std::string key, std::size_t first, bool shared_column) {
+  LockInfo info;
+  info.key = std::move(key);
+  info.owner = row[first].value_or("");
+  info.token = to_u64(row[first + 1]);
+  info.hold_count = static_cast<std::uint32_t>(to_u64(row[first + 2]));
+  info.ttl_left = to_ms(row[first + 3]);
+  info.held_for = to_ms(row[first + 4]);
+  info.evicted = info.hold_count == 0;
+  if (shared_column && row[first + 5] == "t") info.mode = LockMode::shared;
+  return info;
+}
+
+std::string ms_text(std::chrono::milliseconds ms) { return std::to_string(ms.count()); }
 
 }  // namespace dlock::backends::postgres

@@ -29,6 +29,7 @@ bool valid_table(std::string_view name);
 
 // The modes.
 std::shared_ptr<backend::Backend> make_lease_backend(Settings settings);
+std::shared_ptr<backend::Backend> make_session_backend(Settings settings);
 
 // SQLSTATEs dlock acts on.
 inline constexpr std::string_view kUndefinedTable = "42P01";
@@ -50,5 +51,9 @@ std::string replace_all(std::string text, const std::string& from, const std::st
 // Text columns as numbers.
 std::uint64_t to_u64(const std::optional<std::string>& text);
 std::chrono::milliseconds to_ms(const std::optional<std::string>& text);
+std::string ms_text(std::chrono::milliseconds ms);
+// A holder as the statements report it: owner, token, holds, ttl left (ms), time held (ms) from
+// column `first` on, then, when `shared_column`, whether it holds shared (t/f).
+LockInfo holder_of(const Row& row, std::string key, std::size_t first, bool shared_column = false);
 
 }  // namespace dlock::backends::postgres

@@ -7,6 +7,7 @@
 #include <algorithm>
 #include <deque>
 #include <memory>
+#include <random>
 #include <vector>
 
 namespace dlock::backends::postgres {
@@ -23,9 +24,14 @@ std::string trimmed(const char* message) {
   return text;
 }
 
+std::int64_t random_tag() {
+  thread_local std::mt19937_64 generator{std::random_device{}()};
+  return static_cast<std::int64_t>(generator() >> 1);
+}
+
 }  // namespace
 
-Connection::Connection(const ConnectOptions& options) : read_timeout_(options.read_timeout) {
+Connection::Connection(const ConnectOptions& options) : read_timeout_(options.read_timeout), tag_(random_tag()) {
   const std::string port = std::to_string(options.port);
   // libpq counts whole seconds, at least 2.
   const std::string timeout = std::to_string(std::max<long long>(2, (options.connect_timeout.count() + 999) / 1000));
@@ -70,6 +76,15 @@ Connection::Connection(const ConnectOptions& options) : read_timeout_(options.re
   PQsetNoticeProcessor(conn_, [](void*, const char*) {}, nullptr);
   // No command dlock runs inherits the session.
   if (const int fd = PQsocket(conn_); fd >= 0) ::fcntl(fd, F_SETFD, FD_CLOEXEC);
+}
+
+void Connection::cancel_and_discard() noexcept {
+  if (PGcancel* cancel = PQgetCancel(conn_)) {
+    char error[256];
+    PQcancel(cancel, error, sizeof error);  // best effort: the server may be gone
+    PQfreeCancel(cancel);
+  }
+  discard();
 }
 
 Connection::~Connection() {

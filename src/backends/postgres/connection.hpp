@@ -77,11 +77,17 @@ class Connection {
   bool broken() const noexcept { return broken_; }
   // Never to be reused: the pool closes it, and the server drops what the session held.
   void discard() noexcept { broken_ = true; }
+  // Asks the server to cancel the statement this connection sent (a wait for a lock, which the
+  // server would otherwise keep queued after the connection closes), then discards it.
+  void cancel_and_discard() noexcept;
   // For a connection idle in the pool: false when the server closed it meanwhile. Looks at the
   // socket only; no round trip.
   bool still_open() noexcept;
   // The server process of this session (pg_backend_pid(); what pg_terminate_backend takes).
   int backend_pid() const noexcept { return PQbackendPID(conn_); }
+  // A random number naming this connection (and no other, ever) in session mode's rows: a
+  // server process id may come back for another connection.
+  std::int64_t tag() const noexcept { return tag_; }
 
  private:
   const char* prepared(const std::string& sql);
@@ -91,6 +97,7 @@ class Connection {
   [[noreturn]] void fail(PGresult* result, bool sent);
 
   std::chrono::milliseconds read_timeout_;
+  std::int64_t tag_;
   PGconn* conn_ = nullptr;
   bool broken_ = false;
   std::unordered_map<std::string, std::string> statements_;  // SQL text -> prepared name

@@ -22,23 +22,6 @@ namespace {
 
 constexpr const char* kSharedOwner = " shared";  // the key's row while held shared (no owner has a space first)
 
-// A holder as the statements report it: owner, token, holds, ttl left, time held from column
-// `first` on, then whether it holds shared when `shared_column`.
-LockInfo holder(const Row& row, std::string key, std::size_t first, bool shared_column = false) {
-  LockInfo info;
-  info.key = std::move(key);
-  info.owner = row[first].value_or("");
-  info.token = to_u64(row[first + 1]);
-  info.hold_count = static_cast<std::uint32_t>(to_u64(row[first + 2]));
-  info.ttl_left = to_ms(row[first + 3]);
-  info.held_for = to_ms(row[first + 4]);
-  info.evicted = info.hold_count == 0;
-  if (shared_column && row[first + 5] == "t") info.mode = LockMode::shared;
-  return info;
-}
-
-std::string ms_text(std::chrono::milliseconds ms) { return std::to_string(ms.count()); }
-
 // A waiting writer renews its claim at least this often (backend.hpp: at most half of it).
 constexpr auto kClaimRenewal = backend::kWriterClaim / 2;
 
@@ -97,7 +80,7 @@ class LeaseBackend final : public backend::Backend {
         return backend::Busy{{}, std::clamp(to_ms(row[6]), std::chrono::milliseconds(1), kClaimRenewal)};
       }
       auto busy = owner == kSharedOwner ? holders_busy(request.key, on)
-                                        : backend::Busy{{holder(row, std::string(request.key), 1)}, {}};
+                                        : backend::Busy{{holder_of(row, std::string(request.key), 1)}, {}};
       if (!busy.holders.empty()) busy.retry_within = std::min(busy.holders.front().ttl_left, kClaimRenewal);
       return busy;
     }
@@ -153,7 +136,7 @@ class LeaseBackend final : public backend::Backend {
         }
         ++keys;
       }
-      page.locks.push_back(holder(row, key, 1, true));
+      page.locks.push_back(holder_of(row, key, 1, true));
     }
     return page;
   }
@@ -165,7 +148,7 @@ class LeaseBackend final : public backend::Backend {
     const std::string immediate = eviction == Eviction::immediate ? "t" : "f";
     std::vector<LockInfo> evicted;
     for (const auto& row : query(key, sql_.evict, {key, token_param, immediate, key_channel(settings_.table, key)})) {
-      evicted.push_back(holder(row, std::string(key), 0, true));
+      evicted.push_back(holder_of(row, std::string(key), 0, true));
     }
     return evicted;
   }
@@ -196,7 +179,7 @@ class LeaseBackend final : public backend::Backend {
 
   std::vector<LockInfo> inspect_on(std::string_view key, Connection* on) {
     std::vector<LockInfo> holders;
-    for (const auto& row : query(key, sql_.inspect, {key}, on)) holders.push_back(holder(row, std::string(key), 1, true));
+    for (const auto& row : query(key, sql_.inspect, {key}, on)) holders.push_back(holder_of(row, std::string(key), 1, true));
     return holders;
   }
 
@@ -216,7 +199,7 @@ class LeaseBackend final : public backend::Backend {
     backend::Busy busy{{}, std::chrono::milliseconds::max()};
     for (const auto& row : rows) {
       busy.retry_within = std::min(busy.retry_within, to_ms(row[7]));
-      if (row[1]) busy.holders.push_back(holder(row, std::string(request.key), 1, true));
+      if (row[1]) busy.holders.push_back(holder_of(row, std::string(request.key), 1, true));
     }
     return busy;
   }

@@ -1,6 +1,7 @@
 #include "backends/postgres/lease_sql.hpp"
 
 #include "backends/postgres/common.hpp"
+#include "backends/postgres/session_sql.hpp"
 
 namespace dlock::backends::postgres {
 namespace {
@@ -163,7 +164,7 @@ std::string lock_table_schema(const std::string& table) {
          "  acquisitions bigint NOT NULL, conflicts bigint NOT NULL, waits bigint NOT NULL,\n"
          "  wait_us bigint NOT NULL, renewals bigint NOT NULL, losses bigint NOT NULL\n"
          ");\n" +
-         shared_functions(table);
+         shared_functions(table) + session_schema(table);
 }
 
 }  // namespace dlock::backends::postgres

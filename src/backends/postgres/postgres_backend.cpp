@@ -33,9 +33,8 @@ std::shared_ptr<backend::Backend> make_postgres_backend(const core::Url& url) {
   c.sslmode = options.take_string("sslmode").value_or(c.sslrootcert.empty() ? c.sslmode : "verify-full");
   options.finish();
   c.redacted_url = url.redacted();
-  if (settings.mode != "lease") {
-    throw ConfigurationError("postgres:// mode must be lease (session mode is not built yet); got '" + settings.mode + "'",
-                             kName);
+  if (settings.mode != "lease" && settings.mode != "session") {
+    throw ConfigurationError("postgres:// mode must be lease or session; got '" + settings.mode + "'", kName);
   }
   postgres_schema(settings.table);  // validates the name
   if (c.read_timeout < std::chrono::seconds(1)) {
@@ -70,7 +69,8 @@ std::shared_ptr<backend::Backend> make_postgres_backend(const core::Url& url) {
   c.user = url.user;
   c.password = url.password;
   c.database = url.path.substr(1);
-  return postgres::make_lease_backend(std::move(settings));
+  return settings.mode == "session" ? postgres::make_session_backend(std::move(settings))
+                                    : postgres::make_lease_backend(std::move(settings));
 }
 
 }  // namespace dlock::backends

@@ -2,6 +2,9 @@
 // lock (the lease survives, tokens rise across the restart and clean-up), killed connections
 // under a holder and a waiter (pg_terminate_backend: the holder keeps its lease, the waiter
 // still gets the key, woken by the release), and the set-up errors that must name their fix.
+// Session mode: tokens rise across a restart, a crash (which empties its unlogged tables) and
+// clean-up; a restart or a killed connection ends the lock, and its holder learns; keys whose
+// advisory lock ids collide share nothing but the wait.
 //
 // The server is the one scripts/servers/postgres.sh starts (scripts/test.sh does), named by
 //   DLOCK_PG_URL        owner of the test database (every case needs it, or skips)
@@ -18,10 +21,12 @@
 #include <chrono>
 #include <cstdio>
 #include <cstdlib>
+#include <csignal>
 #include <future>
 #include <optional>
 #include <string>
 #include <thread>
+#include <vector>
 
 #include "dlock/client.hpp"
 #include "dlock/errors.hpp"
@@ -92,9 +97,42 @@ class PostgresFault : public ::testing::Test {
     return took;
   }
 
+  // Kills one server process with SIGKILL: PostgreSQL then ends every session and recovers as
+  // after a crash, which empties unlogged tables. Returns once it accepts connections again.
+  static void crash_server() {
+    const auto url = env("DLOCK_PG_URL");
+    PGconn* conn = PQconnectdb(url.value_or("").c_str());
+    ASSERT_EQ(PQstatus(conn), CONNECTION_OK) << PQerrorMessage(conn);
+    const int pid = PQbackendPID(conn);
+    ASSERT_EQ(::kill(pid, SIGKILL), 0) << "cannot kill server process " << pid;
+    PQfinish(conn);
+    // The server goes through recovery: connections are refused, then accepted.
+    std::this_thread::sleep_for(200ms);
+    EXPECT_TRUE(eventually([&] { return PQping(url->c_str()) == PQPING_OK; }, 60s)) << "the server did not come back";
+  }
+
+  std::string session_url() const { return with_option(url_, "mode=session"); }
+
   std::string url_;
   std::string table_;
 };
+
+// One statement on a connection of its own: its result rows, each column as text ("" for NULL).
+using Rows = std::vector<std::vector<std::string>>;
+Rows run_sql(PGconn* conn, const std::string& sql) {
+  Rows rows;
+  PGresult* result = PQexec(conn, sql.c_str());
+  if (PQresultStatus(result) != PGRES_TUPLES_OK) {
+    ADD_FAILURE() << sql << ": " << PQerrorMessage(conn);
+  } else {
+    for (int r = 0; r < PQntuples(result); ++r) {
+      auto& row = rows.emplace_back();
+      for (int c = 0; c < PQnfields(result); ++c) row.emplace_back(PQgetvalue(result, r, c));
+    }
+  }
+  PQclear(result);
+  return rows;
+}
 
 // A lease taken before a restart is still ours after it: the row is on disk, its expiry on the
 // server's clock. Renewals reconnect and go on; another client cannot take the key; release
@@ -201,6 +239,114 @@ TEST_F(PostgresFault, SetUpErrorsNameTheFix) {
     const std::string no_create = message_of(with_option(*none, "table=" + table_));
     EXPECT_NE(no_create.find("dlock schema postgres"), std::string::npos) << no_create;
   }
+}
+
+// Session mode keeps no durable row per acquisition: a clean restart keeps its unlogged table,
+// a crash empties it and a new epoch starts; clean-up raises the floor. Tokens rise across all.
+TEST_F(PostgresFault, SessionModeTokensRiseAcrossRestartCrashAndCleanUp) {
+  if (!env("DLOCK_PG_DIR")) GTEST_SKIP() << "DLOCK_PG_DIR is not set";
+  std::uint64_t last = 0;
+  const auto next_token = [&] {
+    Client client = Client::open(session_url());
+    {
+      Lease lease = client.acquire("k", LockOptions{.ttl = 5s});
+      EXPECT_GT(lease.token(), last) << "a token did not rise";
+      last = lease.token();
+    }
+    return client.collect_idle();
+  };
+  next_token();
+  next_token();
+  EXPECT_GE(next_token(), 1u) << "the released key's row was not cleaned up";
+  next_token();  // above the floor clean-up raised
+  restart_server();
+  next_token();
+  const std::uint64_t before_crash = last;
+  crash_server();
+  next_token();
+  EXPECT_GE(last >> 40, (before_crash >> 40) + 1) << "no new epoch began after the crash emptied the tables";
+}
+
+// A restart ends every session, and so the lock: its holder learns at its next renewal, and
+// the key is free at once for another client, with a higher token.
+TEST_F(PostgresFault, SessionModeRestartEndsTheLockAndItsHolderLearns) {
+  if (!env("DLOCK_PG_DIR")) GTEST_SKIP() << "DLOCK_PG_DIR is not set";
+  Client holder = Client::open(session_url());
+  Client other = Client::open(session_url());
+  Lease lease = holder.acquire("k", renewed(3s));
+  const auto token = lease.token();
+  std::atomic<bool> lost{false};
+  lease.on_lost([&](const LossInfo&) { lost = true; });
+  restart_server();
+  EXPECT_TRUE(eventually([&] { return lost.load(); }, 5s)) << "the holder never learned its lock ended";
+  Attempt attempt = other.try_acquire("k", LockOptions{.ttl = 5s});
+  ASSERT_TRUE(attempt) << "the key stayed held after the restart ended its lock";
+  EXPECT_GT(attempt.lease().token(), token);
+}
+
+// The holder's connection killed: the server frees the key at once and grants it to the queued
+// waiter, and the holder learns of its loss at its next renewal.
+TEST_F(PostgresFault, SessionModeKilledHolderConnectionFreesTheKey) {
+  Client holder = Client::open(session_url());
+  Client waiter = Client::open(session_url());
+  Lease lease = holder.acquire("k", renewed(2s));
+  const auto token = lease.token();
+  std::atomic<bool> lost{false};
+  lease.on_lost([&](const LossInfo&) { lost = true; });
+  auto waiting = std::async(std::launch::async, [&] {
+    auto acquired = waiter.try_acquire_for("k", 30s, LockOptions{.ttl = 5s});
+    return std::pair{acquired ? acquired.lease().token() : 0, Clock::now()};
+  });
+  ASSERT_TRUE(eventually(
+      [] { return admin("SELECT count(*) FROM pg_locks WHERE locktype = 'advisory' AND NOT granted") != "0"; }, 10s))
+      << "the waiter never queued for the lock";
+  const auto killed = Clock::now();
+  EXPECT_EQ(admin("SELECT count(pg_terminate_backend(pid)) FROM \"" + table_ + "_session\" WHERE key = 'k'"), "1");
+  const auto [got, at] = waiting.get();
+  EXPECT_GT(got, token) << "the waiter did not get the key with a higher token";
+  EXPECT_LT(at - killed, 2s) << "the waiter was not granted the lock at once (" << ms(at - killed) << " ms)";
+  EXPECT_TRUE(eventually([&] { return lost.load(); }, 3s)) << "the holder never learned its connection ended";
+}
+
+// Advisory lock ids are hashes of the keys: two keys may share one. Their owners, holds and
+// tokens stay apart; they only wait for each other. Driven through session mode's functions
+// with one lock id for two keys.
+TEST_F(PostgresFault, SessionModeKeysWhoseLockIdsCollideShareNothingButTheWait) {
+  {
+    Client client = Client::open(session_url());  // makes the tables and the token floor
+    client.acquire("setup", LockOptions{.ttl = 5s}).release();
+  }
+  PGconn* a = PQconnectdb(env("DLOCK_PG_URL")->c_str());
+  PGconn* b = PQconnectdb(env("DLOCK_PG_URL")->c_str());
+  ASSERT_EQ(PQstatus(a), CONNECTION_OK) << PQerrorMessage(a);
+  ASSERT_EQ(PQstatus(b), CONNECTION_OK) << PQerrorMessage(b);
+  const std::string take = "SELECT outcome, owner, token FROM \"" + table_ + "_session_take\"";
+  const std::string lock = "4242";
+  const auto x = run_sql(a, take + "('x', 'o1', 10000, " + lock + ", false, 1)");
+  ASSERT_EQ(x.size(), 1u);
+  EXPECT_EQ(x[0][0], "acquired");
+  // y has no holder to name: it waits for x's, whose owner it is not told of.
+  auto y = run_sql(b, take + "('y', 'o2', 10000, " + lock + ", false, 2)");
+  EXPECT_EQ(y.at(0)[0], "busy");
+  EXPECT_EQ(y.at(0)[1], "") << "y was reported held by x's owner";
+  EXPECT_EQ(run_sql(b, take + "('x', 'o2', 10000, " + lock + ", false, 2)").at(0)[1], "o1");
+  EXPECT_EQ(run_sql(a, "SELECT left_holds FROM \"" + table_ + "_session_free\"('x', 'o1', " + x[0][2] + ", 1)").at(0)[0],
+            "0");
+  y = run_sql(b, take + "('y', 'o2', 10000, " + lock + ", false, 2)");
+  EXPECT_EQ(y.at(0)[0], "acquired");
+  EXPECT_NE(std::stoull(y[0][2]), std::stoull(x[0][2]) + 1) << "y's token came from x's count";
+  // x is free, yet waits while y holds the shared lock id; y's holder is o2 alone.
+  const auto x_again = run_sql(a, take + "('x', 'o1', 10000, " + lock + ", false, 1)");
+  EXPECT_EQ(x_again.at(0)[0], "busy");
+  EXPECT_EQ(x_again.at(0)[1], "");
+  Client client = Client::open(session_url());
+  EXPECT_TRUE(client.inspect("x").empty());
+  const auto holder = sole_holder(client.inspect("y"));
+  ASSERT_TRUE(holder);
+  EXPECT_EQ(holder->owner, "o2");
+  EXPECT_EQ(holder->hold_count, 1u);
+  PQfinish(a);
+  PQfinish(b);
 }
 
 }  // namespace
