@@ -5,6 +5,7 @@
 // Waiters wait for the lock itself, queued by the server (session_waiter.hpp). README.md says
 // what this costs and where it cannot work (a pooler in transaction mode).
 
+#include <atomic>
 #include <map>
 #include <memory>
 #include <mutex>
@@ -31,7 +32,7 @@ struct Hold {
   explicit Hold(Pool::Lease c) : connection(std::move(c)) {}
   std::mutex mutex;  // one statement at a time on the connection
   Pool::Lease connection;
-  std::uint64_t token = 0;
+  std::atomic<std::uint64_t> token = 0;  // changes under `mutex`; read by lookups without it
   std::string pid;  // the server process that took it: a pooler may hand the connection another
 };
 
@@ -83,6 +84,15 @@ class SessionBackend final : public backend::Backend {
     std::vector<Row> rows;
     if (hold) {
       const std::lock_guard lock(hold->mutex);
+      auto freed = on_hold(*hold, lease, [&](Connection& c) {
+        return c.query(sql_.free_fast, {lease.key, lease.owner, token, std::to_string(c.tag())});
+      });
+      if (!freed) return std::nullopt;  // the session ended, and the lock with it
+      if (!freed->empty()) {
+        same_session(*hold, freed->at(0)[1]);
+        forget(lease.key, lease.owner);  // the connection goes back to the pool
+        return 0u;
+      }
       auto answer = on_hold(*hold, lease, [&](Connection& c) {
         return c.query(sql_.free, {lease.key, lease.owner, token, std::to_string(c.tag())});
       });
@@ -177,11 +187,25 @@ class SessionBackend final : public backend::Backend {
       } catch (const PgError& e) {
         raise(e, settings_, request.key);
       }
+      // The key is ours on `on`, which keeps the lock: out of the pool with it.
+      const auto pin = [&](const std::optional<std::string>& token, const std::optional<std::string>& pid) {
+        auto hold = std::make_shared<Hold>(held ? std::move(*granted) : std::move(*pooled));
+        granted.reset();
+        hold->token = to_u64(token);
+        hold->pid = pid.value_or("");
+        keep(request.key, request.owner, hold);
+        return backend::Acquired{hold->token, 1};
+      };
       std::vector<Row> rows;
       try {
-        rows = store_.with_connection(request.key, [&](Connection& c) {
-          return c.query(sql_.take, {request.key, request.owner, ttl, lock, held ? "t" : "f", std::to_string(c.tag())});
-        }, on);
+        const auto statement = [&](const std::string& sql) {
+          return store_.with_connection(request.key, [&](Connection& c) {
+            return c.query(sql, {request.key, request.owner, ttl, lock, held ? "t" : "f", std::to_string(c.tag())});
+          }, on);
+        };
+        const auto fast = statement(sql_.take_fast);
+        if (fast.at(0)[0]) return pin(fast[0][0], fast[0][1]);
+        rows = statement(sql_.take);
       } catch (...) {
         // The statement may have taken the lock before it failed: the session goes, and the
         // lock with it.
@@ -193,14 +217,7 @@ class SessionBackend final : public backend::Backend {
         store_.query({}, sql_.epoch, {});
         continue;
       }
-      if (row[0] == "acquired") {
-        auto hold = std::make_shared<Hold>(held ? std::move(*granted) : std::move(*pooled));
-        granted.reset();
-        hold->token = to_u64(row[2]);
-        hold->pid = row[6].value_or("");
-        keep(request.key, request.owner, hold);
-        return backend::Acquired{hold->token, 1};
-      }
+      if (row[0] == "acquired") return pin(row[2], row[6]);
       if (row[0] == "reentered") return backend::Acquired{to_u64(row[2]), held_count(row)};
       return busy(row, request.key);
     }

@@ -16,9 +16,11 @@ namespace dlock::backends::postgres {
 struct SessionSql {
   explicit SessionSql(const std::string& table);
 
-  std::string take;     // an attempt: acquired, busy, or 'epoch' (start one, then attempt again)
+  std::string take_fast;  // the common acquisition, one plain statement: the key's free or left row taken
+  std::string take;     // any attempt: acquired, busy, or 'epoch' (start one, then attempt again)
   std::string epoch;    // starts an epoch: raises it durably and sets the token floor
   std::string renew;    // the holder's lease end, for a lock delay and for inspect
+  std::string free_fast;  // the common release, one plain statement: the last hold, on the holder's connection
   std::string free;     // one hold; the last gives the advisory lock back (or ends its session)
   std::string inspect;  // the key's live holder
   std::string list;
