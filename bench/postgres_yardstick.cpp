@@ -3,7 +3,9 @@
 //   - on one connection: a round trip (`SELECT 1`), a pg_advisory_lock/pg_advisory_unlock
 //     pair (session-level advisory lock: the floor under a session-mode acquire and release),
 //     and one durable commit (an autocommit UPDATE of one row, the WAL flushed before the
-//     answer: the floor under every lease-mode acquire and release);
+//     answer: the floor under every lease-mode acquire and release); and the same pair with
+//     a one-row UPDATE of an UNLOGGED table in each statement (no durable write: the floor of
+//     a session-mode lock that records its holder and counts its tokens in the server);
 //   - between two connections, from the sending of pg_advisory_unlock to the answer of the
 //     other connection's pg_advisory_lock, which was blocked on it: the server's own wake-up,
 //     the floor of a session-mode handoff.
@@ -110,14 +112,21 @@ int main(int argc, char** argv) {
   PGconn* connection = connect(url);
   PGresult* made = PQexec(connection,
                           "CREATE TABLE IF NOT EXISTS dlock_yardstick (id INT PRIMARY KEY, v BIGINT NOT NULL);"
-                          "INSERT INTO dlock_yardstick VALUES (1, 0) ON CONFLICT DO NOTHING");
+                          "INSERT INTO dlock_yardstick VALUES (1, 0) ON CONFLICT DO NOTHING;"
+                          "CREATE UNLOGGED TABLE IF NOT EXISTS dlock_yardstick_unlogged (id INT PRIMARY KEY, v BIGINT NOT NULL);"
+                          "INSERT INTO dlock_yardstick_unlogged VALUES (1, 0) ON CONFLICT DO NOTHING");
   if (PQresultStatus(made) != PGRES_COMMAND_OK) die(connection, "create dlock_yardstick");
   PQclear(made);
   prepare(connection, "ping", "SELECT 1");
   prepare(connection, "lock", "SELECT pg_advisory_lock(7306090852)");
   prepare(connection, "unlock", "SELECT pg_advisory_unlock(7306090852)");
   prepare(connection, "commit", "UPDATE dlock_yardstick SET v = v + 1 WHERE id = 1");
-  std::vector<double> ping_us, pair_us, commit_us;
+  prepare(connection, "lock_row",
+          "WITH l AS MATERIALIZED (SELECT pg_try_advisory_lock(7306090852) AS got) "
+          "UPDATE dlock_yardstick_unlogged SET v = v + 1 FROM l WHERE l.got AND id = 1");
+  prepare(connection, "unlock_row",
+          "UPDATE dlock_yardstick_unlogged SET v = v + 1 WHERE id = 1 RETURNING pg_advisory_unlock(7306090852)");
+  std::vector<double> ping_us, pair_us, commit_us, row_pair_us;
   for (int i = 0; i < iterations + 1000; ++i) {  // the first 1000 warm up
     const auto start = Clock::now();
     run(connection, "ping");
@@ -127,15 +136,20 @@ int main(int argc, char** argv) {
     const auto end = Clock::now();
     run(connection, "commit");
     const auto committed = Clock::now();
+    run(connection, "lock_row");
+    run(connection, "unlock_row");
+    const auto rows_done = Clock::now();
     if (i >= 1000) {
       ping_us.push_back(us_between(start, mid));
       pair_us.push_back(us_between(mid, end));
       commit_us.push_back(us_between(end, committed));
+      row_pair_us.push_back(us_between(committed, rows_done));
     }
   }
   report("SELECT 1", ping_us);
   report("pg_advisory_lock+pg_advisory_unlock", pair_us);
   report("UPDATE one row (a durable commit)", commit_us);
+  report("pg_advisory_lock+pg_advisory_unlock, each with an unlogged one-row UPDATE", row_pair_us);
 
   // Each wake-up costs a millisecond of set-up: a tenth of the iterations is plenty.
   auto wakes = wake_ups(url, std::max(200, iterations / 10));

@@ -29,6 +29,10 @@ endif()
 if(DLOCK_WITH_REDIS)
   pkg_check_modules(Hiredis REQUIRED IMPORTED_TARGET hiredis)
 endif()
+if(DLOCK_WITH_POSTGRES)
+  find_package(PkgConfig REQUIRED)
+  pkg_check_modules(PQ REQUIRED IMPORTED_TARGET libpq)
+endif()
 if(DLOCK_WITH_ZOOKEEPER)
   list(APPEND CMAKE_MODULE_PATH ${PROJECT_SOURCE_DIR}/cmake)
   find_package(ZooKeeper 3.5 REQUIRED)
@@ -136,6 +140,24 @@ if(DLOCK_WITH_ZOOKEEPER)
   # zookeeper.h declares the multi-threaded client's API only with THREADED.
   target_compile_definitions(dlock_objects PRIVATE DLOCK_WITH_ZOOKEEPER=1 THREADED)
 endif()
+if(DLOCK_WITH_POSTGRES)
+  target_sources(dlock_objects PRIVATE
+    src/backends/postgres/activity.cpp
+    src/backends/postgres/common.cpp
+    src/backends/postgres/connection.cpp
+    src/backends/postgres/lease_mode.cpp
+    src/backends/postgres/lease_sql.cpp
+    src/backends/postgres/listen_bell.cpp
+    src/backends/postgres/pool.cpp
+    src/backends/postgres/postgres_backend.cpp
+    src/backends/postgres/session_mode.cpp
+    src/backends/postgres/session_sql.cpp
+    src/backends/postgres/session_waiter.cpp
+    src/backends/postgres/shared_sql.cpp
+    src/backends/postgres/store.cpp)
+  target_include_directories(dlock_objects PRIVATE ${PQ_INCLUDE_DIRS})
+  target_compile_definitions(dlock_objects PRIVATE DLOCK_WITH_POSTGRES=1)
+endif()
 if(DLOCK_WITH_ETCD)
   # The etcd backend's objects apart: the code protoc and grpc_cpp_plugin generate from
   # rpc.proto (the subset of etcd's API used) compiles without dlock's warnings, and only
@@ -234,6 +256,9 @@ endif()
 if(DLOCK_WITH_ZOOKEEPER)
   target_link_libraries(dlock PRIVATE ZooKeeper::zookeeper_mt)
 endif()
+if(DLOCK_WITH_POSTGRES)
+  target_link_libraries(dlock PRIVATE PkgConfig::PQ)
+endif()
 if(DLOCK_WITH_ETCD)
   target_link_libraries(dlock PRIVATE PkgConfig::Grpc)
 endif()
@@ -245,8 +270,8 @@ endif()
 add_library(dlock_internal STATIC EXCLUDE_FROM_ALL)
 target_link_libraries(dlock_internal PUBLIC dlock_objects)
 target_include_directories(dlock_internal PUBLIC ${PROJECT_SOURCE_DIR}/src)
+set(static_link $<BOOL:$<TARGET_PROPERTY:DLOCK_LINK_STATIC>>)
 if(DLOCK_WITH_SQLITE)
-  set(static_link $<BOOL:$<TARGET_PROPERTY:DLOCK_LINK_STATIC>>)
   target_link_libraries(dlock_internal PUBLIC
     $<${static_link}:${DLOCK_SQLITE3_ARCHIVE}> $<${static_link}:m>
     $<${static_link}:${CMAKE_DL_LIBS}> $<$<NOT:${static_link}>:SQLite::SQLite3>)
@@ -260,6 +285,10 @@ endif()
 if(DLOCK_WITH_ZOOKEEPER)
   # By name, like MariaDB and hiredis, so that the -static tool picks the archive.
   target_link_libraries(dlock_internal PUBLIC zookeeper_mt)
+endif()
+if(DLOCK_WITH_POSTGRES)
+  # The -static tool links libpq's archive itself (cmake/Tools.cmake).
+  target_link_libraries(dlock_internal PUBLIC $<$<NOT:${static_link}>:PkgConfig::PQ>)
 endif()
 if(DLOCK_WITH_ETCD)
   target_link_libraries(dlock_internal PUBLIC dlock_etcd dlock_etcd_proto ${Grpc_LIBRARIES})

@@ -8,8 +8,8 @@ set(CPACK_PACKAGE_NAME dlock)
 set(CPACK_PACKAGE_VENDOR "dlock")
 set(CPACK_PACKAGE_CONTACT "dlock maintainers <dlock@localhost>")
 set(CPACK_PACKAGE_DESCRIPTION_SUMMARY "distributed locks: C++20 library, dlock tool (flock(1) for many hosts) and admin page")
-set(CPACK_PACKAGE_DESCRIPTION "One set of lock semantics over local, SQLite, MySQL/MariaDB, Redis and Redlock
-stores: leases renewed in the background, fencing tokens, waiters woken by the
+set(CPACK_PACKAGE_DESCRIPTION "One set of lock semantics over local, SQLite, MySQL/MariaDB, PostgreSQL, Redis,
+Redlock and ZooKeeper stores: leases renewed in the background, fencing tokens, waiters woken by the
 store. The dlock tool runs a command under a lock, like flock(1) across hosts;
 dlock serve shows and manages locks over HTTP. The C++ library is libdlock.")
 set(CPACK_PACKAGING_INSTALL_PREFIX /usr)

@@ -30,7 +30,8 @@ if(DLOCK_BUILD_CLI)
     src/cli/bench_command.cpp
     src/cli/bench_workers.cpp)
   set_target_properties(dlock_cli PROPERTIES OUTPUT_NAME dlock)
-  target_compile_definitions(dlock_cli PRIVATE DLOCK_VERSION="${PROJECT_VERSION}" $<$<BOOL:${DLOCK_WITH_MYSQL}>:DLOCK_WITH_MYSQL=1>)
+  target_compile_definitions(dlock_cli PRIVATE DLOCK_VERSION="${PROJECT_VERSION}" $<$<BOOL:${DLOCK_WITH_MYSQL}>:DLOCK_WITH_MYSQL=1>
+    $<$<BOOL:${DLOCK_WITH_POSTGRES}>:DLOCK_WITH_POSTGRES=1>)
   target_link_libraries(dlock_cli PRIVATE dlock_internal dlock_cli_common dlock_warnings)
   if(DLOCK_STATIC_CLI_EFFECTIVE)
     set_target_properties(dlock_cli PROPERTIES DLOCK_LINK_STATIC ON)
@@ -38,6 +39,22 @@ if(DLOCK_BUILD_CLI)
     if(DLOCK_WITH_MYSQL)
       # -static picks libmariadb.a, which needs its own dependencies spelled out.
       target_link_libraries(dlock_cli PRIVATE ${MariaDB_STATIC_LIBRARIES})
+    endif()
+    if(DLOCK_WITH_POSTGRES)
+      # libpq's archive and PostgreSQL's own helpers (Debian: postgresql-server-dev-15). Debian
+      # has no static GSSAPI (Kerberos) and no static LDAP with its SASL and GnuTLS, so the
+      # static tool connects without them: src/cli/static_libpq_without_gss_ldap.c.
+      find_library(DLOCK_PQ_ARCHIVE NAMES libpq.a)
+      find_library(DLOCK_PGCOMMON_ARCHIVE NAMES libpgcommon_shlib.a PATHS /usr/lib/postgresql/15/lib)
+      find_library(DLOCK_PGPORT_ARCHIVE NAMES libpgport_shlib.a PATHS /usr/lib/postgresql/15/lib)
+      if(NOT DLOCK_PQ_ARCHIVE OR NOT DLOCK_PGCOMMON_ARCHIVE OR NOT DLOCK_PGPORT_ARCHIVE)
+        message(FATAL_ERROR "the static dlock tool with postgres:// needs libpq.a (Debian: libpq-dev) and "
+          "libpgcommon_shlib.a, libpgport_shlib.a (Debian: postgresql-server-dev-15); or pass "
+          "-DDLOCK_STATIC_CLI=OFF or -DDLOCK_WITH_POSTGRES=OFF")
+      endif()
+      target_sources(dlock_cli PRIVATE src/cli/static_libpq_without_gss_ldap.c)
+      target_link_libraries(dlock_cli PRIVATE ${DLOCK_PQ_ARCHIVE} ${DLOCK_PGCOMMON_ARCHIVE} ${DLOCK_PGPORT_ARCHIVE}
+        ssl crypto)
     endif()
     if(DLOCK_WITH_ETCD)
       # Likewise gRPC's and protobuf's archives (Debian ships them): abseil, re2, c-ares, OpenSSL.

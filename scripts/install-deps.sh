@@ -9,6 +9,7 @@ packages=(
   g++ cmake ninja-build pkg-config
   libsqlite3-dev libmariadb-dev libhiredis-dev libssl-dev zlib1g-dev libfmt-dev libcli11-dev nlohmann-json3-dev libcpp-httplib-dev
   libzookeeper-mt-dev  # zookeeper://: ZooKeeper's C client
+  libpq-dev postgresql-server-dev-15  # postgres://: libpq, and for the static tool libpq's helpers
   libgrpc++-dev libprotobuf-dev protobuf-compiler protobuf-compiler-grpc  # etcd://: gRPC, and the stubs made from its proto
   help2man dpkg-dev file  # dlock(1), and the .deb's dependencies (cpack: dpkg-shlibdeps)
 )
@@ -20,6 +21,7 @@ case "${1:-}" in
     debootstrap  # the .deb's install test on a fresh Debian 12 (scripts/deb-test.sh)
     redis-server  # the private servers of the redis:// tests (scripts/servers/redis.sh)
     zookeeper  # the private servers of the zookeeper:// tests (scripts/servers/zookeeper.sh)
+    postgresql-15  # the private server of the postgres:// tests (scripts/servers/postgres.sh)
     etcd-server etcd-client  # the private servers of the etcd:// tests (scripts/servers/etcd.sh)
     chromium  # the admin page's browser tests (tests/browser), driven by playwright-core from npm
   ) ;;

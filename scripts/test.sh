@@ -8,21 +8,22 @@
 # A private MariaDB (scripts/servers/mariadb.sh: its own data directory in /tmp, a free port
 # on 127.0.0.1, and TLS, which mysql:// connections use as ssl-mode=preferred asks and the TLS
 # tests need) and three private Redis servers (scripts/servers/redis.sh, likewise; redlock://
-# runs over the three), a private standalone ZooKeeper (scripts/servers/zookeeper.sh) and a
-# private single-member etcd (scripts/servers/etcd.sh) run for the length of the run, stopped
-# and deleted on exit. The
+# runs over the three), a private standalone ZooKeeper (scripts/servers/zookeeper.sh), a
+# private PostgreSQL 15 (scripts/servers/postgres.sh) and a private single-member etcd
+# (scripts/servers/etcd.sh) run for the length of the run, stopped and deleted on exit. The
 # conformance suite runs over them (DLOCK_TEST_URLS), and so do the mysql and redis fault tests
 # (DLOCK_MYSQL_*, DLOCK_REDIS_*); the redlock fault tests start servers of their own.
 #
 #   DLOCK_NO_MARIADB=1        start no MariaDB: the mysql:// cases are skipped or not listed
 #   DLOCK_NO_REDIS=1          start no Redis: the redis:// cases are skipped or not listed
 #   DLOCK_NO_ZOOKEEPER=1      start no ZooKeeper: the zookeeper:// cases are skipped or not listed
+#   DLOCK_NO_POSTGRES=1       start no PostgreSQL: the postgres:// cases are skipped or not listed
 #   DLOCK_NO_ETCD=1           start no etcd: the etcd:// cases are skipped or not listed
 #   DLOCK_TEST_URLS="URL ..." the servers the conformance suite runs over (default: one URL
 #                             per mode in DLOCK_TEST_MYSQL_MODES on the private MariaDB, and the
-#                             private Redis plain and with fair=true, redlock:// over three, the
-#                             private ZooKeeper with 2 s sessions and the private etcd with 2 s
-#                             leases)
+#                             private Redis plain and with fair=true, redlock:// over three,
+#                             the private ZooKeeper with 2 s sessions, the private PostgreSQL in
+#                             both modes and the private etcd with 2 s leases)
 #   DLOCK_TEST_MYSQL_MODES    the mysql:// modes tested (default below)
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -73,6 +74,18 @@ if [ "${DLOCK_NO_ZOOKEEPER:-0}" != 1 ]; then
   # Sessions (the leases) of 2 s: a dead holder's key frees within the suite's patience.
   urls+=("$DLOCK_ZK_URL/dlock-test?session_timeout=2s")
   export DLOCK_ZOOKEEPER_URL="$DLOCK_ZK_URL"  # the serve and browser tests add a path of their own
+fi
+if [ "${DLOCK_NO_POSTGRES:-0}" != 1 ]; then
+  postgres_dir=$(mktemp -d /tmp/dlock-postgres.XXXXXX)
+  cleanup+=("scripts/servers/postgres.sh stop '$postgres_dir'; rm -rf '$postgres_dir'")
+  scripts/servers/postgres.sh start "$postgres_dir" >/dev/null
+  set -a
+  # shellcheck disable=SC1091
+  . "$postgres_dir/env"
+  set +a
+  echo "test.sh: PostgreSQL on 127.0.0.1:$DLOCK_PG_PORT (data in $postgres_dir)"
+  urls+=("$DLOCK_PG_URL" "$DLOCK_PG_URL?mode=session")
+  export DLOCK_POSTGRES_URL="$DLOCK_PG_URL"  # the serve and browser tests add a table of their own
 fi
 if [ "${DLOCK_NO_ETCD:-0}" != 1 ]; then
   etcd_dir=$(mktemp -d /tmp/dlock-etcd.XXXXXX)

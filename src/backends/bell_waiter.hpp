@@ -6,6 +6,7 @@
 
 #include <algorithm>
 #include <chrono>
+#include <functional>
 #include <memory>
 #include <string>
 #include <variant>
@@ -33,8 +34,15 @@ class Bell {
 
 class BellWaiter final : public backend::Waiter {
  public:
+  // How an attempt is made: the store's acquire(), or the same on a connection the waiter keeps
+  // for its whole wait (postgres://, whose bell is that connection).
+  using Attempt = std::function<backend::AcquireResult(const backend::AcquireRequest&)>;
+
   BellWaiter(backend::Backend& backend, const backend::AcquireRequest& request, std::unique_ptr<Bell> bell)
-      : backend_(backend),
+      : BellWaiter([&backend](const backend::AcquireRequest& r) { return backend.acquire(r); }, request,
+                   std::move(bell)) {}
+  BellWaiter(Attempt attempt, const backend::AcquireRequest& request, std::unique_ptr<Bell> bell)
+      : attempt_(std::move(attempt)),
         key_(request.key),
         owner_(request.owner),
         ttl_(request.ttl),
@@ -49,7 +57,7 @@ class BellWaiter final : public backend::Waiter {
 
   backend::AcquireResult attempt() override {
     bell_->arm();
-    auto result = backend_.acquire({key_, owner_, ttl_, mode_, permits_, /*waiting=*/true, waited_behind_});
+    auto result = attempt_({key_, owner_, ttl_, mode_, permits_, /*waiting=*/true, waited_behind_});
     acquired_ = std::holds_alternative<backend::Acquired>(result);
     waited_behind_ = backend::waited_behind(mode_, result);
     // One release rings one waiter. A shared holder passes its ring on, since the next waiter
@@ -71,7 +79,7 @@ class BellWaiter final : public backend::Waiter {
   void wait_until(std::chrono::steady_clock::time_point deadline) override { bell_->wait_until(deadline); }
 
  private:
-  backend::Backend& backend_;
+  const Attempt attempt_;
   const std::string key_;
   const std::string owner_;
   const std::chrono::milliseconds ttl_;

@@ -15,6 +15,9 @@
 #if DLOCK_WITH_ZOOKEEPER
 #include "backends/zookeeper/zookeeper_backend.hpp"
 #endif
+#if DLOCK_WITH_POSTGRES
+#include "backends/postgres/postgres_backend.hpp"
+#endif
 #if DLOCK_WITH_ETCD
 #include "backends/etcd/etcd_backend.hpp"
 #endif
@@ -37,6 +40,9 @@ std::shared_ptr<backend::Backend> open_backend(const core::Url& url) {
 #if DLOCK_WITH_ZOOKEEPER
   if (url.scheme == "zookeeper") return make_zookeeper_backend(url);
 #endif
+#if DLOCK_WITH_POSTGRES
+  if (url.scheme == "postgres" || url.scheme == "postgresql") return make_postgres_backend(url);
+#endif
 #if DLOCK_WITH_ETCD
   if (url.scheme == "etcd") return make_etcd_backend(url);
 #endif
@@ -52,6 +58,9 @@ std::shared_ptr<backend::Backend> open_backend(const core::Url& url) {
 #endif
 #if DLOCK_WITH_ZOOKEEPER
   built_in += ", zookeeper://HOST:PORT[,HOST:PORT...]/PATH";
+#endif
+#if DLOCK_WITH_POSTGRES
+  built_in += ", postgres://USER:PASSWORD@HOST:PORT/DATABASE";
 #endif
 #if DLOCK_WITH_ETCD
   built_in += ", etcd://HOST:PORT[,HOST:PORT...]/PREFIX";

@@ -25,6 +25,9 @@
 #if DLOCK_WITH_MYSQL
 #include "backends/mysql/mysql_backend.hpp"
 #endif
+#if DLOCK_WITH_POSTGRES
+#include "backends/postgres/postgres_backend.hpp"
+#endif
 
 namespace dlock::cli {
 namespace {
@@ -308,10 +311,12 @@ void add_admin_commands(CLI::App& app, const GlobalOptions& global, int& exit_co
     command->add_option("KEY", options->key, "The lock's key")->required();
     command->callback([&global, &exit_code, options] { exit_code = force_release(global, *options); });
   }
+#if DLOCK_WITH_MYSQL || DLOCK_WITH_POSTGRES
+  app.add_subcommand("schema", "Print the DDL of a backend's tables, for DBAs who create them")->require_subcommand(1);
+#endif
 #if DLOCK_WITH_MYSQL
   {
-    auto* schema = app.add_subcommand("schema", "Print the DDL of a backend's tables, for DBAs who create them");
-    schema->require_subcommand(1);
+    auto* schema = app.get_subcommand("schema");
     auto table = std::make_shared<std::string>();
     auto mode = std::make_shared<std::string>("lease");
     auto* mysql = schema->add_subcommand(
@@ -325,6 +330,15 @@ void add_admin_commands(CLI::App& app, const GlobalOptions& global, int& exit_co
       if (table->empty()) *table = *mode == "row" ? "your_table" : "dlock_locks";
       std::fputs(backends::mysql_schema(*mode, *table).c_str(), stdout);
     });
+  }
+#endif
+#if DLOCK_WITH_POSTGRES
+  {
+    auto* schema = app.get_subcommand("schema");
+    auto table = std::make_shared<std::string>("dlock_locks");
+    auto* postgres = schema->add_subcommand("postgres", "The lock table of postgres:// and its token sequence");
+    postgres->add_option("--table", *table, "The table, as in the URL's table= option")->capture_default_str();
+    postgres->callback([table] { std::fputs(backends::postgres_schema(*table).c_str(), stdout); });
   }
 #endif
 }

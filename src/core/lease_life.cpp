@@ -208,6 +208,9 @@ void ClientState::add_loss_callback(LeaseState& state, std::function<void(const 
       return;
     }
   }
+  // The loss may still be on its way to the stop token on the thread that found it (mark_lost):
+  // the caller hears of it no sooner than the token does.
+  state.stop.request_stop();
   callback(LossInfo{state.key, state.token, LossReason::not_owner, "the lease was already lost"});
 }
 

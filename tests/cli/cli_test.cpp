@@ -547,6 +547,12 @@ class KeeperCliTest : public CliTest {
     const std::string base = url;
     return base + (base.find('?') == std::string::npos ? "?" : "&") + "mode=session";
   }
+  static std::string postgres_session_url() {
+    const char* url = std::getenv("DLOCK_PG_URL");  // NOLINT(concurrency-mt-unsafe)
+    if (url == nullptr || *url == '\0') return {};
+    const std::string base = url;
+    return base + (base.find('?') == std::string::npos ? "?" : "&") + "mode=session";
+  }
   static std::string zookeeper_url() {
     const char* url = std::getenv("DLOCK_ZOOKEEPER_URL");  // NOLINT(concurrency-mt-unsafe)
     if (url == nullptr || *url == '\0') return {};
@@ -608,22 +614,24 @@ class KeeperCliTest : public CliTest {
 
   // A keeper whose TTL ends releases its hold; while a re-entry's hold remains, it keeps the
   // lock (whose connection or session is its own) instead of ending it: a re-entry never
-  // shortens the lease. The key frees at the re-entry's own TTL.
+  // shortens the lease. The key frees at the re-entry's own TTL. The first TTL leaves the
+  // second `dlock acquire` 5 s to start and re-enter (2 s were not enough for two asan
+  // processes beside the browser tests).
   void reentry_outlasts_the_first_ttl(const std::string& url) {
-    const Result first = on(url, {"acquire", "--owner", "o", "--ttl", "2s", key_});
+    const Result first = on(url, {"acquire", "--owner", "o", "--ttl", "5s", key_});
     ASSERT_EQ(first.exit_code, 0) << first.err;
     const auto first_returned = Clock::now();
     const std::string token = first.out.substr(0, first.out.find('\n'));
     const auto reentered_at = Clock::now();
-    const Result again = on(url, {"--json", "acquire", "--owner", "o", "--ttl", "6s", key_});
+    const Result again = on(url, {"--json", "acquire", "--owner", "o", "--ttl", "9s", key_});
     ASSERT_EQ(again.exit_code, 0) << again.err;
     ASSERT_EQ(json::parse(again.out, nullptr, false).value("hold_count", 0), 2) << again.out;
-    std::this_thread::sleep_until(first_returned + 3s);  // the first TTL is over, with a second to spare
+    std::this_thread::sleep_until(first_returned + 6s);  // the first TTL is over, with a second to spare
     EXPECT_TRUE(contains(status(url), key_ + ": held by o (exclusive, token " + token + ", 1 hold,"))
         << "the first keeper's TTL ended the re-entry's hold: " << status(url);
     EXPECT_EQ(keepers_of(key_).size(), 2u) << "the first keeper left while the re-entry's hold remained";
     EXPECT_TRUE(eventually([&] { return status(url) == key_ + ": free\n"; }, 15s)) << "the key never freed";
-    EXPECT_GE(Clock::now() - reentered_at, 6s) << "freed before the re-entry's TTL";
+    EXPECT_GE(Clock::now() - reentered_at, 9s) << "freed before the re-entry's TTL";
     EXPECT_TRUE(eventually([&] { return keepers_of(key_).empty(); }, 10s))
         << keepers_of(key_).size() << " keeper(s) left after the key freed";
   }
@@ -664,6 +672,12 @@ TEST_F(KeeperCliTest, LockDelayLastsUntilTheOwnerReleases_MysqlSession) {
   lock_delay_lasts_until_the_owner_releases(url);
 }
 
+TEST_F(KeeperCliTest, LockDelayLastsUntilTheOwnerReleases_PostgresSession) {
+  const std::string url = postgres_session_url();
+  if (url.empty()) GTEST_SKIP() << "DLOCK_PG_URL is not set (scripts/test.sh sets it)";
+  lock_delay_lasts_until_the_owner_releases(url);
+}
+
 TEST_F(KeeperCliTest, LockDelayLastsUntilTheOwnerReleases_Zookeeper) {
   const std::string url = zookeeper_url();
   if (url.empty()) GTEST_SKIP() << "DLOCK_ZOOKEEPER_URL is not set (scripts/test.sh sets it)";
@@ -676,6 +690,12 @@ TEST_F(KeeperCliTest, KeeperHoldsTheLockUntilReleased_MysqlSession) {
   keeper_holds_until_released(url);
 }
 
+TEST_F(KeeperCliTest, KeeperHoldsTheLockUntilReleased_PostgresSession) {
+  const std::string url = postgres_session_url();
+  if (url.empty()) GTEST_SKIP() << "DLOCK_PG_URL is not set (scripts/test.sh sets it)";
+  keeper_holds_until_released(url);
+}
+
 TEST_F(KeeperCliTest, KeeperHoldsTheLockUntilReleased_Zookeeper) {
   const std::string url = zookeeper_url();
   if (url.empty()) GTEST_SKIP() << "DLOCK_ZOOKEEPER_URL is not set (scripts/test.sh sets it)";
@@ -685,6 +705,12 @@ TEST_F(KeeperCliTest, KeeperHoldsTheLockUntilReleased_Zookeeper) {
 TEST_F(KeeperCliTest, ReentryOutlastsTheFirstTtl_MysqlSession) {
   const std::string url = mysql_session_url();
   if (url.empty()) GTEST_SKIP() << "DLOCK_MYSQL_URL is not set (scripts/test.sh sets it)";
+  reentry_outlasts_the_first_ttl(url);
+}
+
+TEST_F(KeeperCliTest, ReentryOutlastsTheFirstTtl_PostgresSession) {
+  const std::string url = postgres_session_url();
+  if (url.empty()) GTEST_SKIP() << "DLOCK_PG_URL is not set (scripts/test.sh sets it)";
   reentry_outlasts_the_first_ttl(url);
 }
 

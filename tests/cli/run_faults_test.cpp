@@ -2,8 +2,8 @@
 // it: renewals that fail (a network partition, a paused store) must stop the command before
 // anyone else can get the lock, and none of dlock's descriptors or secrets may reach it.
 //
-// The servers are the ones scripts/test.sh starts and names in DLOCK_MYSQL_URL and
-// DLOCK_REDIS_URL; a case whose server is not named is skipped. sqlite:// needs no server.
+// The servers are the ones scripts/test.sh starts and names in DLOCK_MYSQL_URL,
+// DLOCK_REDIS_URL and DLOCK_POSTGRES_URL; a case whose server is not named is skipped. sqlite:// needs no server.
 
 #include <fcntl.h>
 #include <gtest/gtest.h>
@@ -328,6 +328,18 @@ TEST_F(RunFaultsTest, RenewalsThatFailStopTheCommandBeforeTheLeaseEnds_Redis) {
       [&] { proxy.partition(); });
 }
 
+// A partition, as for mysql://: statements through the proxy go unanswered, and read_timeout
+// gives each renewal up after 2 s.
+TEST_F(RunFaultsTest, RenewalsThatFailStopTheCommandBeforeTheLeaseEnds_Postgres) {
+  const std::string url = dlock::test::env("DLOCK_POSTGRES_URL").value_or("");
+  if (url.empty()) GTEST_SKIP() << unset("DLOCK_POSTGRES_URL");
+  const auto server = endpoint_of(url);
+  dlock::test::TcpProxy proxy(server.host, server.port);
+  command_stops_before_the_lease_ends(
+      dlock::test::with_option(through(proxy, url), "connect_timeout=2s&read_timeout=2s"), url,
+      [&] { proxy.partition(); });
+}
+
 // ---- descriptors ----
 
 TEST_F(RunFaultsTest, BackendSocketsDoNotLeakIntoTheCommand_Sqlite) {
@@ -350,6 +362,12 @@ TEST_F(RunFaultsTest, BackendSocketsDoNotLeakIntoTheCommand_MysqlSession) {
   const std::string url = dlock::test::env("DLOCK_MYSQL_URL").value_or("");
   if (url.empty()) GTEST_SKIP() << unset("DLOCK_MYSQL_URL");
   command_sees_no_descriptor_of_dlocks(dlock::test::with_option(url, "mode=session"));
+}
+
+TEST_F(RunFaultsTest, BackendSocketsDoNotLeakIntoTheCommand_Postgres) {
+  const std::string url = dlock::test::env("DLOCK_POSTGRES_URL").value_or("");
+  if (url.empty()) GTEST_SKIP() << unset("DLOCK_POSTGRES_URL");
+  command_sees_no_descriptor_of_dlocks(url);
 }
 
 // Defect: "in MySQL session mode a daemonized grandchild keeps the server session — and so the
@@ -473,6 +491,12 @@ TEST_F(RunFaultsTest, StorePasswordDoesNotReachTheCommand_Mysql) {
 TEST_F(RunFaultsTest, StorePasswordDoesNotReachTheCommand_Redis) {
   const std::string url = dlock::test::env("DLOCK_REDIS_URL").value_or("");
   if (url.empty()) GTEST_SKIP() << unset("DLOCK_REDIS_URL");
+  password_stays_out_of_the_command(url);
+}
+
+TEST_F(RunFaultsTest, StorePasswordDoesNotReachTheCommand_Postgres) {
+  const std::string url = dlock::test::env("DLOCK_POSTGRES_URL").value_or("");
+  if (url.empty()) GTEST_SKIP() << unset("DLOCK_POSTGRES_URL");
   password_stays_out_of_the_command(url);
 }
 

@@ -129,8 +129,8 @@ class ServeTest : public ::testing::Test {
     // NOLINTNEXTLINE(concurrency-mt-unsafe): read before any thread starts
     const char* server = std::getenv("DLOCK_SERVE_TEST_URL");
     if (server && *server) {
-      // A table (mysql), key namespace (redis, redlock) or node path (zookeeper, whose URL
-      // then has neither) of the test's own.
+      // A table (mysql, postgres), key namespace (redis, redlock) or node path (zookeeper,
+      // whose URL then has neither) of the test's own.
       const std::string base = server;
       backend_ = base.substr(0, base.find("://"));
       const std::string own = "serve_" + std::filesystem::path(dir_).filename().string().substr(12);
@@ -138,7 +138,7 @@ class ServeTest : public ::testing::Test {
         url_ = base + "/" + own;
       } else {
         url_ = base + (base.find('?') == std::string::npos ? "?" : "&") +
-               (backend_ == "mysql" || backend_ == "mariadb" ? "table=" : "namespace=") + own;
+               (backend_ == "mysql" || backend_ == "mariadb" || backend_ == "postgres" ? "table=" : "namespace=") + own;
       }
     } else {
       url_ = "sqlite://" + dir_ + "/locks.db";

@@ -116,7 +116,13 @@ const backend::Capabilities& BackendTest::capabilities() const {
 
 BackendTest::Faulty BackendTest::open_faulty() const {
   auto faults = std::make_shared<FaultBackend>(open_backend());
-  return Faulty{Client::with_backend(faults), faults};
+  Faulty faulty{Client::with_backend(faults), faults};
+  // Warmed up (connections open, statements prepared, tables made): the cases time leases of a
+  // few hundred milliseconds from their first acquire, which a loaded machine may spend opening
+  // a connection (postgres_session lost such a lease before its first renewal in CI).
+  faulty.client.acquire(key("warm-up"), {.ttl = std::chrono::seconds(10)}).release();
+  faults->reset_counts();
+  return faulty;
 }
 
 std::string BackendTest::key(std::string_view name) const { return prepared(key_base_ + "/" + std::string(name)); }

@@ -103,6 +103,22 @@ std::vector<BackendParam> all_backends() {
         };
       }
 #endif
+    } else if (scheme == "postgres" || scheme == "postgresql") {
+      // A table of its own per test, as for mysql://.
+      p.make_url = [url](const std::filesystem::path& temp_dir) {
+        const std::string table = "t_" + sanitize(temp_dir.filename().string()).substr(0, 48);
+        return url + (url.find('?') == std::string::npos ? "?" : "&") + "table=" + table;
+      };
+      p.bad_location_url = "postgres://dlock@127.0.0.1:1/dlock?connect_timeout=2s";  // nothing listens on port 1
+      p.bad_location_names = "127.0.0.1:1";
+      p.malformed_urls = {
+          {"postgres://dlock@127.0.0.1:5432/db?mode=sometimes", {"mode"}},
+          {"postgres://dlock@127.0.0.1:5432", {"database"}},
+          {"postgres://127.0.0.1:5432/db", {"user"}},
+          {"postgres://dlock@127.0.0.1:5432/db?table=no-dashes", {"table"}},
+          {"postgres://dlock@127.0.0.1:5432/db?sslmode=sometimes", {"sslmode"}},
+          {"postgres://dlock@127.0.0.1:5432/db?sslmode=verify-full", {"sslrootcert"}},
+      };
     } else {
       p.make_url = [url](const std::filesystem::path&) { return url; };
     }

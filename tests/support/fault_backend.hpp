@@ -52,10 +52,10 @@ class FaultBackend final : public backend::Backend {
   // Acquisitions report that their attempt was sent this long before the attempt was made, as
   // a waiter that takes the key inside its wait does.
   void backdate_acquisitions(milliseconds by) noexcept { backdate_ms_.store(by.count()); }
-  // Runs `hook` on the calling thread as each attempt reaches this decorator, before the store
-  // sees it: a test notes its own state at the moment a call asks. Set it before the client
-  // makes attempts (this knob alone is not for turning while the core runs).
-  void before_attempts(std::function<void()> hook) { before_attempts_ = std::move(hook); }
+  // Runs `hook` on the calling thread with each attempt's answer, before the core sees it: a
+  // test notes what refused a call (the holders a Busy names). Set it before the client makes
+  // attempts (this knob alone is not for turning while the core runs).
+  void after_attempts(std::function<void(const backend::AcquireResult&)> hook) { after_attempts_ = std::move(hook); }
 
   // ---- what the core did ----
 
@@ -135,13 +135,13 @@ class FaultBackend final : public backend::Backend {
   template <class Attempt>
   backend::AcquireResult attempted(Attempt&& attempt) {
     ++acquire_calls_;
-    if (before_attempts_) before_attempts_();
     last_acquire_.store(std::chrono::steady_clock::now().time_since_epoch().count());
     sleep_ms(acquire_delay_ms_.load());
     auto result = attempt();
     if (auto* acquired = std::get_if<backend::Acquired>(&result); acquired && backdate_ms_.load() > 0) {
       acquired->sent = last_acquire_started() - milliseconds(backdate_ms_.load());
     }
+    if (after_attempts_) after_attempts_(result);
     return result;
   }
 
@@ -179,7 +179,7 @@ class FaultBackend final : public backend::Backend {
   std::atomic<bool> renewals_report_lost_{false};
   std::atomic<bool> fail_releases_{false};
   std::atomic<milliseconds::rep> renew_delay_ms_{0};
-  std::function<void()> before_attempts_;
+  std::function<void(const backend::AcquireResult&)> after_attempts_;
   std::atomic<milliseconds::rep> acquire_delay_ms_{0};
   std::atomic<milliseconds::rep> backdate_ms_{0};
 

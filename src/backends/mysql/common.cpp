@@ -358,7 +358,7 @@ void ModeBackend::ensure_lock_table(Connection& connection, bool session_tables)
                                                      table + "_epoch` LIMIT 0) AS epoch ON TRUE";
     if (!connection
              .query("SELECT s.v FROM `" + table + "_seq` AS s LEFT JOIN (SELECT session_id, heir_owner, heir_ttl_us,"
-                    " heir_session FROM `" + table + "` LIMIT 0) AS added ON TRUE LEFT JOIN (SELECT id FROM `" + table +
+                    " heir_session, readers_until FROM `" + table + "` LIMIT 0) AS added ON TRUE LEFT JOIN (SELECT id FROM `" + table +
                     "_activity` LIMIT 0) AS activity ON TRUE LEFT JOIN (SELECT name FROM `" + table +
                     "_shared` LIMIT 0) AS shared ON TRUE LEFT JOIN (SELECT name FROM `" + table +
                     "_claim` LIMIT 0) AS claim ON TRUE" + memory + " WHERE s.id = 0",
@@ -373,7 +373,8 @@ void ModeBackend::ensure_lock_table(Connection& connection, bool session_tables)
               "): add them with ALTER TABLE `" + table +
               "` ADD COLUMN session_id BIGINT UNSIGNED NOT NULL DEFAULT 0, ADD COLUMN heir_owner VARBINARY(128) NOT NULL"
               " DEFAULT '', ADD COLUMN heir_ttl_us BIGINT UNSIGNED NOT NULL DEFAULT 0, ADD COLUMN heir_session BIGINT"
-              " UNSIGNED NOT NULL DEFAULT 0 (leaving out any it has), or, while no lock is held, drop it and `" + table +
+              " UNSIGNED NOT NULL DEFAULT 0, ADD COLUMN readers_until DATETIME(6) NOT NULL DEFAULT '1000-01-01'"
+              " (leaving out any it has), or, while no lock is held, drop it and `" + table +
               "_seq` to have both made anew; session mode's `" + table + "_session` lacks one when the message names"
               " readers_until: ALTER TABLE `" + table + "_session` ADD COLUMN readers_until DATETIME(6) NOT NULL"
               " DEFAULT '1000-01-01'",

@@ -269,8 +269,9 @@ class LeaseBackend final : public ModeBackend {
     if (rows.empty()) throw BackendError("acquire of '" + std::string(request.key) + "' found no row", kName);
     const Row& row = rows[0];
     LockInfo holder = info(std::string(request.key), row, 0);
-    // Free, but a woken waiter holds the doorbell and is taking it over right now.
-    if (holder.owner.empty()) return backend::Busy{{}, kHandoffRecheck};
+    // Free (or its lease ran out), but a woken waiter holds the doorbell and is taking it over
+    // right now, or readers claimed it.
+    if (holder.owner.empty() || holder.ttl_left.count() <= 0) return backend::Busy{{}, kHandoffRecheck};
     return refused(connection, request, std::move(holder));
   }
 

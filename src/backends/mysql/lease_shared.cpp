@@ -52,7 +52,12 @@ LeaseShared::LeaseShared(ModeBackend& backend, const std::string& table) : Share
   mark_shared_ = "UPDATE " + t + " SET acquired_at = IF(" + still_shared + ", acquired_at, " + now + "),"
                  " expires_at = IF(" + still_shared + ", GREATEST(expires_at, " + now + until + "), " + now + until + "),"
                  " token = ?, hold_count = 1, doorbell = 0 * IF(IS_USED_LOCK(" + holder_lock + ") <=> CONNECTION_ID(), 1,"
-                 " COALESCE(GET_LOCK(" + holder_lock + ", 0), 0)), session_id = 0, owner = " + shared + " WHERE name = ?";
+                 " COALESCE(GET_LOCK(" + holder_lock + ", 0), 0)), session_id = 0, readers_until = '1000-01-01',"
+                 " owner = " + shared + " WHERE name = ?";
+  // A waiting reader refused by the exclusive holder claims the key for the readers behind
+  // that holder, on its row, locked: until the claim runs out, no new writer takes the key,
+  // nor does a release hand it to a waiting writer. Parameters: claim, key.
+  claim_readers_ = "UPDATE " + t + " SET readers_until = " + now + " + INTERVAL ? MICROSECOND WHERE name = ?";
   // The key's row first (STRAIGHT_JOIN), as every shared step locks it. Parameters: ttl, ttl,
   // key, owner, token.
   renew_ = "UPDATE " + t + " AS t STRAIGHT_JOIN " + s + " AS s ON s.name = t.name"
@@ -112,7 +117,11 @@ backend::AcquireResult LeaseShared::acquire(Connection& connection, const backen
             connection.execute(reenter_exclusive_, {ttl, r.key});
             return backend::Acquired{key.token, key.hold_count + 1};
           }
-          const auto left = key.ttl_left;
+          auto left = key.ttl_left;
+          if (r.waiting) {
+            connection.execute(claim_readers_, {ttl_us(backend::kWriterClaim), r.key});
+            left = std::min<std::chrono::milliseconds>(left, backend::kWriterClaim / 2);
+          }
           return backend::Busy{{std::move(key)}, left};
         }
         if (row[5] == std::optional<std::string>("1")) return backend::Busy{{}, kSharedRecheck};

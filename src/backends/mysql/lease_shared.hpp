@@ -6,7 +6,9 @@
 // kSharedOwner, with the latest of their expiries, so the exclusive statements (unchanged, and
 // as fast) find it held and take it over only once every shared holder's lease has run out.
 // The holders themselves are rows of `TABLE_shared`, keyed (key, token); a waiting writer's
-// claim is a row of `TABLE_claim`. Every shared step is one transaction that locks the key's
+// claim is a row of `TABLE_claim`; waiting readers' claim on the exclusive holder's token is
+// the key row's `readers_until`, which the exclusive statements honour and a shared grant
+// ends. Every shared step is one transaction that locks the key's
 // row first, so it is atomic with the exclusive statements, which lock that row too.
 // A holder's session keeps a GET_LOCK named after the key's bell and its token while it holds
 // (the one that takes it keeps the connection), so that a waiting writer sleeps on it
@@ -50,7 +52,7 @@ class LeaseShared final : public SharedHolds {
   void settle(Connection& connection, std::string_view key);
 
   std::string lock_key_, add_row_, holders_, locked_holders_, reenter_exclusive_, reenter_shared_, add_holder_,
-      mark_shared_, renew_, find_hold_, drop_hold_, delete_hold_, evict_hold_, settle_, held_shared_, drop_holder_lock_, idle_holds_,
+      mark_shared_, claim_readers_, renew_, find_hold_, drop_hold_, delete_hold_, evict_hold_, settle_, held_shared_, drop_holder_lock_, idle_holds_,
       idle_claims_;
 };
 

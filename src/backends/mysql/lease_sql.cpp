@@ -21,13 +21,14 @@ LeaseSql::LeaseSql(const std::string& table) {
   // A row released by ringing the doorbell (2) goes, for a second, only to whoever gets the
   // doorbell (`acquire`'s rule). Anything else is left to `acquire`. Such a row, taken, was
   // taken with the bell (the WHERE asked for it), so the doorbell column need not ask again.
-  // Parameters: bell, bell, owner, ttl, key, bell, bell.
+  // A live readers' claim (lease_shared.hpp) keeps every new writer out. Parameters: bell,
+  // bell, owner, ttl, key, bell, bell.
   const std::string rung = "(owner = '' AND doorbell = 2 AND expires_at > UTC_TIMESTAMP(6) - INTERVAL 1 SECOND)";
   take = "UPDATE " + t + " SET token = LAST_INSERT_ID(token + 1), hold_count = 1, acquired_at = UTC_TIMESTAMP(6),"
          " session_id = CONNECTION_ID(), doorbell = IF(" + rung + " OR IS_USED_LOCK(?) <=> CONNECTION_ID(), 1,"
          " COALESCE(GET_LOCK(?, 0), 0)),"
          " owner = ?, expires_at = UTC_TIMESTAMP(6) + INTERVAL ? MICROSECOND"
-         " WHERE name = ? AND heir_owner = '' AND ((owner = '' AND (doorbell <> 2 OR"
+         " WHERE name = ? AND heir_owner = '' AND readers_until <= UTC_TIMESTAMP(6) AND ((owner = '' AND (doorbell <> 2 OR"
          " expires_at <= UTC_TIMESTAMP(6) - INTERVAL 1 SECOND OR IS_USED_LOCK(?) <=> CONNECTION_ID() OR GET_LOCK(?, 0) = 1))"
          " OR (owner <> '' AND expires_at <= UTC_TIMESTAMP(6)))";
   // The common release in one plain statement: the last hold, with no heir. Anything else
@@ -73,8 +74,8 @@ LeaseSql::LeaseSql(const std::string& table) {
   renew = "UPDATE " + t + " SET expires_at = UTC_TIMESTAMP(6) + INTERVAL ? MICROSECOND, renewals = renewals + 1"
           " WHERE name = ? AND owner = ? AND token = ? AND hold_count > 0 AND expires_at > UTC_TIMESTAMP(6)";
   // The holds left come back as the insert id (kEvictedRelease for an evicted holder, whose
-  // release counts as its last hold's). The last hold hands the key to a live heir
-  // (a new token, the heir's TTL, one hold, session_id the heir's session) or frees the row,
+  // release counts as its last hold's). The last hold hands the key to a live heir, unless
+  // readers claimed it (a new token, the heir's TTL, one hold, session_id the heir's session) or frees the row,
   // and rings the doorbell when this session holds it. Columns
   // are assigned left to right and later ones see the new values: after the first,
   // `hold_count <= 1 AND owner <> ''` means "handed over". The heir's lease runs from
@@ -83,7 +84,8 @@ LeaseSql::LeaseSql(const std::string& table) {
   // lock wait can put before that). Parameters: slot, bell, bell, key, owner, token.
   const std::string handed_over = "(hold_count <= 1 AND owner <> '')";
   release = "UPDATE " + t + " SET owner = IF(hold_count <= 1,"
-            " IF(heir_owner <> '' AND heir_owner <> owner AND IS_USED_LOCK(?) <=> heir_session, heir_owner, ''), owner),"
+            " IF(heir_owner <> '' AND heir_owner <> owner AND IS_USED_LOCK(?) <=> heir_session"
+            " AND readers_until <= UTC_TIMESTAMP(6), heir_owner, ''), owner),"
             " token = IF(" + handed_over + ", token + 1, token),"
             " acquired_at = IF(" + handed_over + ", SYSDATE(6), acquired_at),"
             " expires_at = IF(hold_count <= 1, IF(owner <> '', SYSDATE(6) + INTERVAL heir_ttl_us MICROSECOND,"
@@ -118,7 +120,7 @@ std::string LeaseSql::acquire_sql(const std::string& t, const std::string& seq) 
   const std::string released =
       "(owner = '' AND (doorbell <> 2 OR VALUES(doorbell) = 1 OR expires_at <= UTC_TIMESTAMP(6) - INTERVAL 1 SECOND))";
   const std::string expired = "(owner <> '' AND expires_at <= UTC_TIMESTAMP(6))";
-  const std::string take = "(" + released + " OR " + expired + ")";
+  const std::string take = "((" + released + " OR " + expired + ") AND readers_until <= UTC_TIMESTAMP(6))";
   const std::string mine = "(owner = VALUES(owner) AND hold_count > 0 AND expires_at > UTC_TIMESTAMP(6))";
   const std::string claimed = "(" + mine + " AND FIND_IN_SET(session_id, ?))";
   const std::string reenters = "(" + mine + " AND ? = '')";

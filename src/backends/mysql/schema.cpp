@@ -27,6 +27,8 @@ std::string lock_table_schema(const std::string& table) {
          "  heir_owner  VARBINARY(128)  NOT NULL DEFAULT '', -- lease mode: the waiter the next release hands the key to,\n"
          "  heir_ttl_us BIGINT UNSIGNED NOT NULL DEFAULT 0,  --   the TTL it asked for,\n"
          "  heir_session BIGINT UNSIGNED NOT NULL DEFAULT 0, --   and its connection\n"
+         "  readers_until DATETIME(6)   NOT NULL DEFAULT '1000-01-01', -- lease mode: readers who waited behind this\n"
+         "                                                   -- token's holder go before any new writer until then\n"
          "  PRIMARY KEY (name)\n"
          ") ENGINE=InnoDB;\n"
          "CREATE TABLE IF NOT EXISTS `" +
