@@ -34,10 +34,13 @@ cmake --install build/release --prefix "$work/shared" >/dev/null
 
 # Runs a consumer; $1 says whether it must use the shared libdlock of $2 (the prefix) or none.
 check_run() {
-  local program=$1 linkage=$2 prefix=$3
+  local program=$1 linkage=$2 prefix=$3 libraries
+  # Read whole before grep -q looks: grep quitting at the first match could end ldd with
+  # SIGPIPE, which pipefail takes for a failed check (CI failed so once).
+  libraries=$(ldd "$program")
   if [ "$linkage" = shared ]; then
-    ldd "$program" | grep -q "libdlock.so.0.1 => $prefix/lib/" || fail "$program does not load $prefix's libdlock"
-  elif ldd "$program" | grep -q libdlock; then
+    grep -q "libdlock.so.0.1 => $prefix/lib/" <<<"$libraries" || fail "$program does not load $prefix's libdlock"
+  elif grep -q libdlock <<<"$libraries"; then
     fail "$program loads a shared libdlock, built against the static install"
   fi
   "$program" "$url"

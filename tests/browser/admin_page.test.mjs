@@ -699,7 +699,12 @@ test('admin page: an evicted holder is marked; the key can be freed at once', { 
 
 // Defect: long owners (dlock run's NAME@HOST:PID.THREAD/RANDOM, or a long --owner) squeezed the
 // key column until keys wrapped mid-word, and the audit panel scrolled sideways at 1280 px.
-test('admin page: long owners are shown whole and leave keys on one line; both panels fit at 1280 px', { timeout: 60_000 }, async (t) => {
+// The layout is the page's, whatever the store: it runs on the default store only (the
+// conformance suite keeps long owners on every store).
+test('admin page: long owners are shown whole and leave keys on one line; both panels fit at 1280 px', {
+  timeout: 60_000,
+  skip: process.env.DLOCK_SERVE_TEST_URL ? 'the layout does not depend on the store: run on the default store' : false,
+}, async (t) => {
   const stack = await startStack(t);
   const longOwner = ('nightly-reconciliation-of-customer-ledgers@build-worker-eu-west-1a-0042.internal.example.com'
     + ':4194303.18446744073709551615/9f86d081884c7d65').slice(0, 128);
