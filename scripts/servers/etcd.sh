@@ -8,6 +8,9 @@
 #                                                  cluster answers; print KEY=VALUE lines (below)
 #   scripts/servers/etcd.sh stop DIR               stop every member of DIR
 #   scripts/servers/etcd.sh stop-member DIR I      stop member I (1-based), e.g. the leader
+#   scripts/servers/etcd.sh kill DIR I SIGNAL      send SIGNAL (KILL, TERM, STOP, CONT, ...) to
+#                                                  member I; waits until it is gone after KILL,
+#                                                  TERM or INT
 #   scripts/servers/etcd.sh start-member DIR I     start member I again, with its data
 #   scripts/servers/etcd.sh leader DIR             print the leader's member number
 #
@@ -21,7 +24,7 @@ set -euo pipefail
 . "$(dirname "${BASH_SOURCE[0]}")/common.sh"
 
 usage() {
-  sed -n '2,18p' "$0" >&2
+  sed -n '2,21p' "$0" >&2
   exit 64
 }
 
@@ -123,6 +126,27 @@ start() {
   } | tee "$dir/env"
 }
 
+alive() { kill -0 "$1" 2>/dev/null && [ "$(cut -d' ' -f3 "/proc/$1/stat" 2>/dev/null)" != Z ]; }
+
+signal_member() {
+  local dir=$1 i=$2 sig=$3 pid
+  pid=$(cat "$dir/m$i.pid" 2>/dev/null) || { echo "etcd.sh: member $i of $dir has no pid file" >&2; return 1; }
+  kill -s "$sig" "$pid" || return 1
+  case $sig in
+    KILL | TERM | INT)
+      for _ in $(seq 300); do
+        if ! alive "$pid"; then
+          rm -f "$dir/m$i.pid"
+          return 0
+        fi
+        sleep 0.1
+      done
+      echo "etcd.sh: member $i (pid $pid) still runs 30 s after SIG$sig" >&2
+      return 1
+      ;;
+  esac
+}
+
 leader() {
   local dir
   dir=$(cd "$1" && pwd)
@@ -150,6 +174,7 @@ case $1 in
     done
     ;;
   stop-member) stop_member "$2" "${3:?member number}" ;;
+  kill) [ $# -eq 4 ] || usage; signal_member "$2" "$3" "$4" ;;
   start-member)
     dir=$(cd "$2" && pwd)
     start_member "$dir" "${3:?member number}"

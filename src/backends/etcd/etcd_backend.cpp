@@ -16,6 +16,7 @@
 #include <mutex>
 #include <string>
 #include <utility>
+#include <vector>
 
 #include "backends/etcd/admin.hpp"
 #include "backends/etcd/connection.hpp"
@@ -80,6 +81,7 @@ class EtcdBackend final : public backend::Backend {
   }
 
   backend::AcquireResult acquire(const backend::AcquireRequest& request) override {
+    delete_strays();
     for (int attempt = 0; attempt < kAttempts; ++attempt) {
       const auto s = session();
       const std::string node = new_node(root_, request.key, s->id());
@@ -90,6 +92,9 @@ class EtcdBackend final : public backend::Backend {
       } catch (const LeaseGone&) {
         s->end(kLeaseGone);
         continue;  // under a new lease
+      } catch (const Error&) {
+        drop_stray(node, request.key);
+        throw;
       }
       if (take.taken) {
         pb::KeyValue made;
@@ -104,6 +109,42 @@ class EtcdBackend final : public backend::Backend {
   }
 
   std::unique_ptr<backend::Waiter> waiter(const backend::AcquireRequest& request) override;
+
+  // A node whose put may have been applied though no answer said so (a timeout, a broken
+  // connection, a leader's death: the call that made it failed). Its name is that attempt's
+  // alone, so it is deleted by name. Until then it could hold the key under the client's live
+  // lease, or come first in a queue and be taken for a hold of its owner (a re-entry that never
+  // was): every later call of this client deletes it before it looks (delete_strays).
+  void drop_stray(const std::string& node, std::string_view key) {
+    {
+      std::lock_guard lock(strays_mutex_);
+      strays_.emplace_back(node, key);
+    }
+    try {
+      delete_strays();
+    } catch (const Error&) {
+      // Unreachable now: the next call deletes it.
+    }
+  }
+
+  // Deletes the stray nodes; throws, keeping those left, when the cluster does not answer.
+  void delete_strays() {
+    std::vector<std::pair<std::string, std::string>> strays;
+    {
+      std::lock_guard lock(strays_mutex_);
+      if (strays_.empty()) return;
+      strays.swap(strays_);
+    }
+    for (auto at = strays.begin(); at != strays.end(); ++at) {
+      try {
+        remove_any(*connection_, at->first, at->second);
+      } catch (...) {
+        std::lock_guard lock(strays_mutex_);
+        strays_.insert(strays_.end(), at, strays.end());
+        throw;
+      }
+    }
+  }
 
   bool renew(const backend::LeaseRef& lease, milliseconds) override {
     std::int64_t revision = 0;
@@ -292,6 +333,8 @@ class EtcdBackend final : public backend::Backend {
   const std::string root_;
   std::mutex mutex_;  // guards session_; never held while waiting for an answer
   std::shared_ptr<Session> session_;
+  std::mutex strays_mutex_;  // guards strays_; never held while waiting for an answer
+  std::vector<std::pair<std::string, std::string>> strays_;  // (node, key): see drop_stray()
   Watches watches_{connection_};
   HeldNodes held_{watches_, [this](std::function<void()> notice) {
                     std::shared_ptr<Session> s;
@@ -326,6 +369,7 @@ class QueueWaiter final : public backend::Waiter {
   QueueWaiter& operator=(const QueueWaiter&) = delete;
 
   backend::AcquireResult attempt() override {
+    backend_.delete_strays();
     const backend::AcquireRequest request{key_, owner_, ttl_, LockMode::exclusive, 0, /*waiting=*/true};
     for (int attempt = 0; attempt < kAttempts; ++attempt) {
       cancel_watch();
@@ -345,6 +389,9 @@ class QueueWaiter final : public backend::Waiter {
           node_.clear();
           session_->end(kLeaseGone);
           continue;  // under a new lease
+        } catch (const Error&) {
+          backend_.drop_stray(std::exchange(node_, {}), key_);
+          throw;
         }
         created_ = queue.revision;
         const auto own = std::find_if(queue.nodes.begin(), queue.nodes.end(),

@@ -103,6 +103,12 @@ std::optional<std::int64_t> rewrite(Connection& c, const pb::KeyValue& node, con
   return response.header().revision();
 }
 
+void remove_any(Connection& c, const std::string& node, std::string_view key) {
+  pb::TxnRequest txn;
+  txn.add_success()->mutable_request_delete_range()->set_key(node);
+  c.txn(txn, "remove a node", key);
+}
+
 bool remove_node(Connection& c, const std::string& node, std::int64_t created, std::string_view key) {
   pb::TxnRequest txn;
   compare_created(txn, node, created);

@@ -48,6 +48,8 @@ Queue join_queue(Connection& c, const std::string& root, std::string_view key, c
 std::optional<std::int64_t> rewrite(Connection& c, const pb::KeyValue& node, const NodeValue& value,
                                     std::string_view key, const std::string& drop = {});
 
+// Deletes `node`, whatever it holds: for a node whose name only its maker knows.
+void remove_any(Connection& c, const std::string& node, std::string_view key);
 // Deletes `node` if its create revision is `created`; false when it was not there as that.
 bool remove_node(Connection& c, const std::string& node, std::int64_t created, std::string_view key);
 // The same, only if its mod revision is still `modified` too.

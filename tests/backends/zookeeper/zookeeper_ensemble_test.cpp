@@ -33,7 +33,9 @@
 #include "dlock/client.hpp"
 #include "dlock/errors.hpp"
 #include "support/child_process.hpp"
+#include "support/failover_contention.hpp"
 #include "support/holders.hpp"
+#include "support/loss_record.hpp"
 #include "support/server_test.hpp"
 #include "support/zookeeper_servers.hpp"
 
@@ -41,6 +43,7 @@ namespace dlock {
 namespace {
 
 using namespace std::chrono_literals;
+using test::LossRecord;
 using test::sole_holder;
 using Clock = std::chrono::steady_clock;
 
@@ -86,283 +89,21 @@ class ZooKeeper : public ::testing::Test {
   std::string run_ = random_hex(8);
 };
 
-// Set once from any thread, read by the test: when a lease's loss callback ran.
-struct LossRecord {
-  std::mutex mutex;
-  std::optional<Clock::time_point> at;
-  std::optional<LossInfo> info;
-  void set(const LossInfo& loss) {
-    std::lock_guard lock(mutex);
-    if (at) return;
-    at = Clock::now();
-    info = loss;
-  }
-  std::optional<Clock::time_point> when() {
-    std::lock_guard lock(mutex);
-    return at;
-  }
-  std::string message() {
-    std::lock_guard lock(mutex);
-    return info ? info->message : std::string();
-  }
-  std::optional<LossReason> reason() {
-    std::lock_guard lock(mutex);
-    return info ? std::optional<LossReason>(info->reason) : std::nullopt;
-  }
-};
-
 // ---- The leader killed under contention ----
 
-// One acquisition as the threads saw it: when they first and last touched the shared counter
-// under it (first == last when they found the lease unusable before the write).
-struct Use {
-  int thread = 0;
-  std::uint64_t token = 0;
-  std::uint32_t hold_count = 0;
-  Clock::time_point first, last;
-  int writes = 0;
-  bool across_kill = false;  // the lease held while the leader was killed
-};
-
-// What the lease held across the leader's death came to.
-enum class KillOutcome { none, kept, learned_lost, release_failed };
-
-const char* to_string(KillOutcome outcome) {
-  switch (outcome) {
-    case KillOutcome::none:
-      return "none";
-    case KillOutcome::kept:
-      return "kept (released normally, never reported lost)";
-    case KillOutcome::learned_lost:
-      return "learned lost (on_lost / lease.lost())";
-    case KillOutcome::release_failed:
-      return "release failed (neither released nor reported lost)";
-  }
-  return "?";
-}
-
-struct Contention {
-  std::string key;
-  Clock::time_point stop_at;
-  // The resource: a counter updated by read-sleep-write, which loses updates without mutual
-  // exclusion. Atomic only so that the race is a lost update, not undefined behaviour.
-  std::atomic<long> counter{0};
-  std::atomic<long> increments{0};
-  // The leader's kill: the main thread asks for a holder to hold across it.
-  std::atomic<bool> kill_wanted{false};
-  std::atomic<bool> kill_claimed{false};
-  std::promise<void> holding_for_kill;
-  std::atomic<bool> kill_done{false};
-
-  std::mutex mutex;  // the fields below
-  std::vector<Use> log;
-  struct Failures {
-    int count = 0;
-    long long first_ms = 0, last_ms = 0;
-  };
-  std::map<std::string, Failures> failures;  // "what: message" -> when
-  int timeouts = 0;
-  KillOutcome kill_outcome = KillOutcome::none;
-  std::string kill_outcome_detail;
-
-  void failed(const std::string& what, const std::exception& e, Clock::time_point begun) {
-    const long long at = ms(Clock::now() - begun);
-    std::lock_guard lock(mutex);
-    auto& seen = failures[what + ": " + e.what()];
-    if (seen.count++ == 0) seen.first_ms = at;
-    seen.last_ms = at;
-  }
-};
-
-// One contender: acquire (waiting up to 1 s), use the counter ~20 ms, release; again until
-// stop_at. Exceptions from the library count as failed attempts; the loop goes on.
-void contend(Client client, int thread, Contention& shared, Clock::time_point begun) {
-  while (Clock::now() < shared.stop_at) {
-    std::optional<Lease> lease;
-    try {
-      auto attempt = client.try_acquire_for(shared.key, 1s);
-      if (!attempt) {
-        std::lock_guard lock(shared.mutex);
-        ++shared.timeouts;
-        continue;
-      }
-      lease.emplace(std::move(attempt.lease()));
-    } catch (const Error& e) {
-      shared.failed("acquire (thread " + std::to_string(thread) + ")", e, begun);
-      std::this_thread::sleep_for(20ms);
-      continue;
-    }
-    auto loss = std::make_shared<LossRecord>();
-    lease->on_lost([loss](const LossInfo& info) { loss->set(info); });
-    const auto usable = [&] { return lease->held() && Clock::now() < lease->valid_until(); };
-
-    Use use{thread, lease->token(), lease->hold_count()};
-    // The one lease that is held while the leader dies: taken by whichever thread acquires
-    // first after the main thread asks, used in 20 ms steps until the leader is gone, then
-    // released at once, as a holder the kill caught in the middle of its work would.
-    use.across_kill = shared.kill_wanted.load() && !shared.kill_claimed.exchange(true);
-    bool started = false;
-    for (bool more = true; more;) {
-      if (!usable()) break;
-      const auto read_at = Clock::now();
-      if (!started) {
-        use.first = read_at;
-        started = true;
-        if (use.across_kill) shared.holding_for_kill.set_value();
-      }
-      use.last = read_at;
-      const long value = shared.counter.load();
-      std::this_thread::sleep_for(20ms);
-      if (!usable()) break;
-      shared.counter.store(value + 1);
-      use.last = Clock::now();
-      ++use.writes;
-      ++shared.increments;
-      more = use.across_kill && !shared.kill_done.load();
-    }
-    if (!started) use.first = use.last = Clock::now();
-    if (use.across_kill && !started) shared.holding_for_kill.set_value();
-
-    KillOutcome outcome = KillOutcome::kept;
-    std::string detail;
-    try {
-      lease->release();
-      if (loss->when()) outcome = KillOutcome::learned_lost;
-    } catch (const LockLostError& e) {
-      outcome = KillOutcome::learned_lost;
-      detail = e.what();
-    } catch (const Error& e) {
-      outcome = KillOutcome::release_failed;
-      detail = e.what();
-      shared.failed("release (thread " + std::to_string(thread) + ")", e, begun);
-    }
-    if (lease->lost() || loss->when()) outcome = KillOutcome::learned_lost;
-    lease.reset();  // retries a failed release once, as any holder's scope exit would
-    std::lock_guard lock(shared.mutex);
-    shared.log.push_back(use);
-    if (use.across_kill) {
-      shared.kill_outcome = outcome;
-      shared.kill_outcome_detail = detail;
-      if (loss->when()) shared.kill_outcome_detail += " loss: " + loss->message();
-    }
-  }
-}
-
-// A 3-node ensemble; 4 clients contend for one key for 8 s; about 2 s in the leader is killed
-// (SIGKILL) while one of them holds the key. No two holders ever use the key at once, the
-// counter loses no update, tokens rise in the order the key was taken, every client keeps
-// taking the key after the failover, and the holder at the kill either kept its lease or learnt
-// that it lost it.
+// A 3-node ensemble; 4 clients contend for one key; about 2 s in the leader is killed (SIGKILL)
+// while one of them holds the key, and they go on for 6 s (support/failover_contention.hpp
+// judges the run).
 TEST_F(ZooKeeper, LeaderKilledWhileAHeldKeyIsContended) {
   start(3);
   const std::string ensemble = url(servers_->ensemble_url(), "session_timeout=4s");
-  constexpr int kThreads = 4;
-  std::vector<Client> clients;
-  for (int i = 0; i < kThreads; ++i) clients.push_back(Client::open(ensemble));
-
-  Contention shared;
-  shared.key = key();
-  const auto started = Clock::now();
-  shared.stop_at = started + 8s;
-  std::vector<std::jthread> threads;
-  for (int i = 0; i < kThreads; ++i) {
-    threads.emplace_back(contend, clients[static_cast<std::size_t>(i)], i, std::ref(shared), begun_);
-  }
-
-  std::this_thread::sleep_for(2s);
-  shared.kill_wanted.store(true);
-  auto holding = shared.holding_for_kill.get_future();
-  const bool held_for_kill = holding.wait_for(5s) == std::future_status::ready;
-  const int leader = servers_->leader();
-  const auto kill_sent = Clock::now();
-  servers_->kill(leader, "KILL");
-  const auto killed = Clock::now();
-  shared.kill_done.store(true);
-  threads.clear();  // joins
-  const auto ended = Clock::now();
-
-  std::vector<Use> log;
-  {
-    std::lock_guard lock(shared.mutex);
-    log = shared.log;
-  }
-  std::sort(log.begin(), log.end(), [](const Use& a, const Use& b) { return a.first < b.first; });
-  const auto t = [&](Clock::time_point p) { return since_begun(p); };
-  std::ostringstream summary;
-  summary << log.size() << " acquisitions, " << shared.increments.load() << " increments, " << shared.timeouts
-          << " timed-out waits; leader node " << leader << " killed at +" << t(kill_sent) << "..+"
-          << t(killed) << " ms; contention +" << t(started) << "..+" << t(ended)
-          << " ms; lease across the kill: " << to_string(shared.kill_outcome)
-          << (shared.kill_outcome_detail.empty() ? "" : " — ") << shared.kill_outcome_detail << "\n";
-  for (const auto& [what, seen] : shared.failures) {
-    summary << "  failed " << seen.count << "x (+" << seen.first_ms << "..+" << seen.last_ms
-            << " ms): " << what << "\n";
-  }
-  std::printf("%s", summary.str().c_str());
-  RecordProperty("lease_across_kill", to_string(shared.kill_outcome));
-  RecordProperty("acquisitions", static_cast<int>(log.size()));
-
-  ASSERT_TRUE(held_for_kill)
-      << "no thread took the key within 5 s of being asked to hold it across the kill\n"
-      << summary.str();
-  const auto describe = [&](const Use& u) {
-    std::ostringstream out;
-    out << "thread " << u.thread << " token " << u.token << " holds " << u.hold_count << " used +"
-        << t(u.first) << "..+" << t(u.last) << " ms, " << u.writes << " writes"
-        << (u.across_kill ? " (across the kill)" : "");
-    return out.str();
-  };
-  // Each rule's violations, counted, with the first few shown.
-  struct Violations {
-    int count = 0;
-    std::string shown;
-    void add(const std::string& what) {
-      if (++count <= 3) shown += "  " + what + "\n";
-    }
-  } overlaps, backwards, reentries;
-  for (std::size_t i = 1; i < log.size(); ++i) {
-    const std::string pair = describe(log[i - 1]) + "\n    then " + describe(log[i]);
-    if (log[i].first < log[i - 1].last) overlaps.add(pair);
-    if (log[i].token <= log[i - 1].token) backwards.add(pair);
-  }
-  // No thread ever re-enters here: a hold count above 1 means that a node of its own it did not
-  // know about (left in the queue after a failed call) was taken for its holding.
-  for (const auto& u : log) {
-    if (u.hold_count != 1) reentries.add(describe(u));
-  }
-  EXPECT_EQ(overlaps.count, 0) << "times two holders used the key at once:\n" << overlaps.shown;
-  EXPECT_EQ(backwards.count, 0) << "times fencing tokens did not rise in the order the key was taken:\n"
-                                << backwards.shown;
-  EXPECT_EQ(reentries.count, 0) << "acquisitions by threads holding nothing that came back as re-entries:\n"
-                                << reentries.shown;
-  EXPECT_EQ(shared.counter.load(), shared.increments.load()) << "updates were lost: two holders at once";
-
-  std::map<int, int> after_kill;
-  int total_after = 0;
-  for (const auto& u : log) {
-    if (u.first > killed) {
-      ++after_kill[u.thread];
-      ++total_after;
-    }
-  }
-  EXPECT_GE(total_after, 10) << "acquisitions did not go on after the leader's death";
-  // The queue is FIFO: in the ~5 s after the failover every client gets the key, unless a node
-  // nobody tracks (left behind by a call that failed) wedges the queue.
-  for (int i = 0; i < kThreads; ++i) {
-    EXPECT_GT(after_kill[i], 0) << "client " << i << " never took the key after the leader's death";
-  }
-  EXPECT_TRUE(shared.kill_outcome == KillOutcome::kept || shared.kill_outcome == KillOutcome::learned_lost)
-      << "the lease held across the kill: " << to_string(shared.kill_outcome) << " "
-      << shared.kill_outcome_detail;
-
-  // Every lease has been released or dropped, and the clients still live: the key is free.
-  Client after = Client::open(ensemble);
-  auto last = after.try_acquire_for(shared.key, 2s);
-  const auto named = sole_holder(last.holders());
-  EXPECT_TRUE(last) << "the key is still held after every contender let go: "
-                    << (named ? named->owner + " token " + std::to_string(named->token) + " holds " +
-                                    std::to_string(named->hold_count)
-                              : std::string("no holder named"));
+  const auto run = test::contend_through_failover(ensemble, key(), 4, 6s, [&] {
+    const int leader = servers_->leader();
+    servers_->kill(leader, "KILL");
+    return leader;
+  });
+  RecordProperty("acquisitions", run.acquisitions);
+  test::expect_safe_failover(run, ensemble, key());
 }
 
 // ---- A holder killed with SIGKILL ----
