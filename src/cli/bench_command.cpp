@@ -254,13 +254,55 @@ int run_bench(const GlobalOptions& global, const BenchArgs& a) {
 
 // --- command line ----------------------------------------------------------------------------
 
-// Workers in separate processes contend only on a store that spans processes: on local:// each
-// would get a store of its own. The store's name where it does not, else nothing. The Client
-// that asks is closed on return, its threads joined, so the workers can be forked after it.
-std::optional<std::string> in_process_store(const GlobalOptions& global) {
+// The store's name when it does not span processes, else nothing.
+std::optional<std::string> store_within_process(const GlobalOptions& global) {
   const Client client = open_client(global);
   if (client.capabilities().spans_processes) return std::nullopt;
   return std::string(client.backend_name());
+}
+
+// Workers in separate processes contend only on a store that spans processes: on local:// each
+// would get a store of its own. The store's name where it does not, else nothing. Asked in a
+// child process: the workers are forked from this one afterwards, and a closed Client may leave
+// threads of its store's library behind (gRPC's, for etcd://), whose locks a forked copy would
+// find held (3 of 8 workers hung). When the child cannot tell, this process asks, so that an
+// error is reported as opening a client reports it.
+std::optional<std::string> in_process_store(const GlobalOptions& global) {
+  std::fflush(nullptr);  // or the child would write out this process's buffered output again
+  int fds[2];
+  if (::pipe(fds) != 0) return store_within_process(global);
+  const pid_t pid = ::fork();
+  if (pid < 0) {
+    ::close(fds[0]);
+    ::close(fds[1]);
+    return store_within_process(global);
+  }
+  if (pid == 0) {
+    ::close(fds[0]);
+    try {
+      const auto store = store_within_process(global);
+      const std::string answer = store ? "1" + *store : "0";
+      const bool sent = ::write(fds[1], answer.data(), answer.size()) == static_cast<ssize_t>(answer.size());
+      ::_exit(sent ? 0 : 1);
+    } catch (...) {
+      ::_exit(1);
+    }
+  }
+  ::close(fds[1]);
+  std::string answer;
+  char buffer[256];
+  for (ssize_t n; (n = ::read(fds[0], buffer, sizeof buffer)) != 0;) {
+    if (n < 0 && errno == EINTR) continue;
+    if (n < 0) break;
+    answer.append(buffer, static_cast<std::size_t>(n));
+  }
+  ::close(fds[0]);
+  int status = 0;
+  while (::waitpid(pid, &status, 0) < 0 && errno == EINTR) {
+  }
+  if (!WIFEXITED(status) || WEXITSTATUS(status) != 0 || answer.empty()) return store_within_process(global);
+  if (answer == "0") return std::nullopt;
+  return answer.substr(1);
 }
 
 struct Flags {
