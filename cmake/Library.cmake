@@ -183,6 +183,7 @@ if(DLOCK_WITH_ETCD)
     src/backends/etcd/held_nodes.cpp
     src/backends/etcd/nodes.cpp
     src/backends/etcd/queue.cpp
+    src/backends/etcd/repairs.cpp
     src/backends/etcd/session.cpp
     src/backends/etcd/settings.cpp
     src/backends/etcd/watches.cpp)

@@ -13,6 +13,7 @@
 #include <list>
 #include <stdexcept>
 #include <system_error>
+#include <utility>
 #include <vector>
 
 namespace dlock::test {
@@ -109,9 +110,24 @@ void TcpProxy::partition() {
   wake();
 }
 
+void TcpProxy::cut_answers() {
+  std::lock_guard lock(mutex_);
+  answers_cut_ = true;
+  wake();
+}
+
 void TcpProxy::heal() {
   std::lock_guard lock(mutex_);
   partitioned_ = false;
+  answers_cut_ = false;
+  wake();
+}
+
+void TcpProxy::sever() {
+  std::lock_guard lock(mutex_);
+  sever_ = true;
+  partitioned_ = false;
+  answers_cut_ = false;
   wake();
 }
 
@@ -127,9 +143,12 @@ void TcpProxy::run() {
   std::vector<pollfd> fds;
   while (!stop_.load()) {
     bool partitioned = false;
+    bool answers_cut = false;
     {
       std::lock_guard lock(mutex_);
+      if (std::exchange(sever_, false)) links.clear();
       partitioned = partitioned_;
+      answers_cut = answers_cut_;
     }
     // Partitioned, only the wake-up is watched: nothing is read, written or accepted.
     fds.assign({{wake_fd_, POLLIN, 0}});
@@ -137,12 +156,14 @@ void TcpProxy::run() {
       fds.push_back({listener_, POLLIN, 0});
       for (const Link& link : links) {
         // Read a side only when what it sent last has been passed on; write it when it has some.
+        // With the answers cut, the server's side is neither read nor written to its client.
+        const bool down = !answers_cut;
         fds.push_back({link.up.from,
                        static_cast<short>((link.up.pending.empty() ? POLLIN : 0) |
-                                          (link.down.pending.empty() ? 0 : POLLOUT)),
+                                          (down && !link.down.pending.empty() ? POLLOUT : 0)),
                        0});
         fds.push_back({link.up.to,
-                       static_cast<short>((link.down.pending.empty() ? POLLIN : 0) |
+                       static_cast<short>((down && link.down.pending.empty() ? POLLIN : 0) |
                                           (link.up.pending.empty() ? 0 : POLLOUT)),
                        0});
       }
@@ -153,12 +174,13 @@ void TcpProxy::run() {
       // EAGAIN: woken by a socket.
     }
     std::lock_guard lock(mutex_);
-    if (partitioned_ || partitioned) continue;  // a partition() that arrived during the poll wins
+    // A partition(), cut_answers() or sever() that arrived during the poll wins.
+    if (partitioned_ || partitioned || answers_cut_ != answers_cut || sever_) continue;
     std::size_t at = 2;
     for (Link& link : links) {
       const short client = fds[at++].revents;
       const short server = fds[at++].revents;
-      link.open = relay(link.up, client) && relay(link.down, server);
+      link.open = relay(link.up, client) && (answers_cut || relay(link.down, server));
     }
     links.remove_if([](const Link& link) { return !link.open; });
     if ((fds[1].revents & POLLIN) == 0) continue;

@@ -5,7 +5,10 @@
 // without closing anything, as a network partition would: bytes sent meanwhile wait in the
 // kernel's buffers, and new connections are left in the listen backlog, so a client's
 // connect, write or read hangs until its own timeout. heal() relays again, what waited
-// included. One thread of its own relays; the methods may be called from any thread.
+// included; sever() instead closes every connection, what waited lost, and then relays new
+// ones: a request sent meanwhile never reached the server. cut_answers() stops only the
+// server-to-client direction: requests arrive and are served, their answers wait. One thread of
+// its own relays; the methods may be called from any thread.
 
 #include <atomic>
 #include <mutex>
@@ -28,7 +31,11 @@ class TcpProxy {
   int port() const noexcept { return port_; }
   // No byte is relayed and no connection accepted once it returns, until heal().
   void partition();
+  // Requests still reach the server; no answer reaches a client, until heal() or sever().
+  void cut_answers();
   void heal();
+  // Closes every relayed connection, what waited in it lost, and relays new ones.
+  void sever();
 
  private:
   void run();
@@ -41,6 +48,8 @@ class TcpProxy {
   int wake_fd_ = -1;  // an eventfd: partition(), heal() and the destructor interrupt the poll
   std::mutex mutex_;  // held while relaying, so partition() returns only between batches
   bool partitioned_ = false;
+  bool answers_cut_ = false;
+  bool sever_ = false;
   std::atomic<bool> stop_{false};
   std::thread thread_;
 };

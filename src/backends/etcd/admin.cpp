@@ -75,12 +75,12 @@ std::vector<LockInfo> evict(Connection& c, const std::string& root, std::string_
     const LockInfo info = to_info(key, holder, *value, static_cast<std::size_t>(queue.count) - 1);
     if (token && info.token != *token) return {};
     if (eviction == Eviction::immediate) {
-      if (remove_node(c, holder.key(), holder.create_revision(), key)) return {info};
+      if (remove_node(c, nullptr, holder.key(), holder.create_revision(), key)) return {info};
       continue;  // released first: the next node holds now
     }
     if (value->evicted) return {info};
     value->evicted = true;
-    if (rewrite(c, holder, *value, key)) return {info};
+    if (rewrite(c, nullptr, Unanswered::redo, holder, *value, key)) return {info};
     // Changed meanwhile (a re-entry, a release): look again.
   }
   throw BackendError("'" + std::string(key) + "' kept changing hands during force-release", kName,

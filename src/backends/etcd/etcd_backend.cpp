@@ -23,6 +23,7 @@
 #include "backends/etcd/held_nodes.hpp"
 #include "backends/etcd/nodes.hpp"
 #include "backends/etcd/queue.hpp"
+#include "backends/etcd/repairs.hpp"
 #include "backends/etcd/session.hpp"
 #include "backends/etcd/settings.hpp"
 #include "backends/etcd/watches.hpp"
@@ -81,20 +82,17 @@ class EtcdBackend final : public backend::Backend {
   }
 
   backend::AcquireResult acquire(const backend::AcquireRequest& request) override {
-    delete_strays();
+    make_repairs();
     for (int attempt = 0; attempt < kAttempts; ++attempt) {
       const auto s = session();
       const std::string node = new_node(root_, request.key, s->id());
       const NodeValue value{std::string(request.owner), 1, s->ttl(), false};
       Take take;
       try {
-        take = take_if_free(*connection_, root_, request.key, node, value, s->id());
+        take = take_if_free(*connection_, &repairs_, root_, request.key, node, value, s->id());
       } catch (const LeaseGone&) {
         s->end(kLeaseGone);
         continue;  // under a new lease
-      } catch (const Error&) {
-        drop_stray(node, request.key);
-        throw;
       }
       if (take.taken) {
         pb::KeyValue made;
@@ -110,41 +108,10 @@ class EtcdBackend final : public backend::Backend {
 
   std::unique_ptr<backend::Waiter> waiter(const backend::AcquireRequest& request) override;
 
-  // A node whose put may have been applied though no answer said so (a timeout, a broken
-  // connection, a leader's death: the call that made it failed). Its name is that attempt's
-  // alone, so it is deleted by name. Until then it could hold the key under the client's live
-  // lease, or come first in a queue and be taken for a hold of its owner (a re-entry that never
-  // was): every later call of this client deletes it before it looks (delete_strays).
-  void drop_stray(const std::string& node, std::string_view key) {
-    {
-      std::lock_guard lock(strays_mutex_);
-      strays_.emplace_back(node, key);
-    }
-    try {
-      delete_strays();
-    } catch (const Error&) {
-      // Unreachable now: the next call deletes it.
-    }
-  }
-
-  // Deletes the stray nodes; throws, keeping those left, when the cluster does not answer.
-  void delete_strays() {
-    std::vector<std::pair<std::string, std::string>> strays;
-    {
-      std::lock_guard lock(strays_mutex_);
-      if (strays_.empty()) return;
-      strays.swap(strays_);
-    }
-    for (auto at = strays.begin(); at != strays.end(); ++at) {
-      try {
-        remove_any(*connection_, at->first, at->second);
-      } catch (...) {
-        std::lock_guard lock(strays_mutex_);
-        strays_.insert(strays_.end(), at, strays.end());
-        throw;
-      }
-    }
-  }
+  // Makes the repairs of writes whose answer never came (repairs.hpp): before a call looks at a
+  // queue, where such a node would be taken for a hold of its owner.
+  void make_repairs() { repairs_.make(); }
+  Repairs* repairs() { return &repairs_; }
 
   bool renew(const backend::LeaseRef& lease, milliseconds) override {
     std::int64_t revision = 0;
@@ -172,20 +139,21 @@ class EtcdBackend final : public backend::Backend {
         // The evicted holder's release acknowledges the loss: the key opens, and the answer is
         // that the lease was no longer ours.
         held_.releasing(lease);
-        remove_node(*connection_, place->node.key(), place->node.create_revision(), lease.key);
+        remove_node(*connection_, &repairs_, place->node.key(), place->node.create_revision(), lease.key);
         held_.forget(lease);
         return std::nullopt;
       }
       if (place->value.holds <= 1) {
         held_.releasing(lease);
-        if (remove_unchanged(*connection_, place->node, lease.key)) {
+        if (remove_unchanged(*connection_, &repairs_, place->node, lease.key)) {
           held_.forget(lease);
           return 0;
         }
       } else {
         NodeValue value = place->value;
         --value.holds;
-        if (const auto written = rewrite(*connection_, place->node, value, lease.key)) {
+        if (const auto written =
+                rewrite(*connection_, &repairs_, Unanswered::redo, place->node, value, lease.key)) {
           pb::KeyValue node = place->node;
           node.set_mod_revision(*written);
           held_.remember(lease, node, value);
@@ -279,7 +247,7 @@ class EtcdBackend final : public backend::Backend {
                            std::max(value->ttl, milliseconds(1000))};
     }
     ++value->holds;
-    const auto written = rewrite(*connection_, holder, *value, request.key, own);
+    const auto written = rewrite(*connection_, &repairs_, Unanswered::undo, holder, *value, request.key, own);
     if (!written) return std::nullopt;
     pb::KeyValue node = holder;
     node.set_mod_revision(*written);
@@ -333,8 +301,7 @@ class EtcdBackend final : public backend::Backend {
   const std::string root_;
   std::mutex mutex_;  // guards session_; never held while waiting for an answer
   std::shared_ptr<Session> session_;
-  std::mutex strays_mutex_;  // guards strays_; never held while waiting for an answer
-  std::vector<std::pair<std::string, std::string>> strays_;  // (node, key): see drop_stray()
+  Repairs repairs_{connection_};
   Watches watches_{connection_};
   HeldNodes held_{watches_, [this](std::function<void()> notice) {
                     std::shared_ptr<Session> s;
@@ -360,16 +327,16 @@ class QueueWaiter final : public backend::Waiter {
     cancel_watch();
     if (node_.empty()) return;
     try {
-      remove_node(backend_.connection(), node_, created_, key_);
+      remove_node(backend_.connection(), backend_.repairs(), node_, created_, key_);
     } catch (...) {
-      // Unreachable: the node goes with the lease.
+      // Left to the repairs.
     }
   }
   QueueWaiter(const QueueWaiter&) = delete;
   QueueWaiter& operator=(const QueueWaiter&) = delete;
 
   backend::AcquireResult attempt() override {
-    backend_.delete_strays();
+    backend_.make_repairs();
     const backend::AcquireRequest request{key_, owner_, ttl_, LockMode::exclusive, 0, /*waiting=*/true};
     for (int attempt = 0; attempt < kAttempts; ++attempt) {
       cancel_watch();
@@ -384,13 +351,14 @@ class QueueWaiter final : public backend::Waiter {
         node_ = new_node(backend_.root(), key_, session_->id());
         value_ = NodeValue{owner_, 1, session_->ttl(), false};
         try {
-          queue = join_queue(backend_.connection(), backend_.root(), key_, node_, value_, session_->id());
+          queue = join_queue(backend_.connection(), backend_.repairs(), backend_.root(), key_, node_, value_,
+                             session_->id());
         } catch (const LeaseGone&) {
           node_.clear();
           session_->end(kLeaseGone);
           continue;  // under a new lease
         } catch (const Error&) {
-          backend_.drop_stray(std::exchange(node_, {}), key_);
+          node_.clear();  // left to the repairs
           throw;
         }
         created_ = queue.revision;

@@ -34,15 +34,56 @@ void compare_unchanged(pb::TxnRequest& txn, const pb::KeyValue& node) {
   unchanged->set_mod_revision(node.mod_revision());
 }
 
-void put(pb::TxnRequest& txn, const std::string& node, const NodeValue& value, std::int64_t lease) {
+void compare_value(pb::TxnRequest& txn, const std::string& node, const std::string& value) {
+  auto* same = txn.add_compare();
+  same->set_key(node);
+  same->set_target(pb::Compare::VALUE);
+  same->set_result(pb::Compare::EQUAL);
+  same->set_value(value);
+}
+
+void put(pb::TxnRequest& txn, const std::string& node, const std::string& value, std::int64_t lease) {
   auto* request = txn.add_success()->mutable_request_put();
   request->set_key(node);
-  request->set_value(to_value(value));
+  request->set_value(value);
   if (lease != 0) {
     request->set_lease(lease);
   } else {
     request->set_ignore_lease(true);
   }
+}
+
+void remove(pb::TxnRequest& txn, const std::string& node) {
+  txn.add_success()->mutable_request_delete_range()->set_key(node);
+}
+
+// Sends `txn`; when no answer comes, leaves `make_repair()` in `repairs`.
+template <class MakeRepair>
+pb::TxnResponse write(Connection& c, Repairs* repairs, const pb::TxnRequest& txn, const std::string& what,
+                      std::string_view key, MakeRepair&& make_repair) {
+  try {
+    return c.txn(txn, what, key);
+  } catch (const LeaseGone&) {
+    throw;  // refused whole: nothing was written
+  } catch (const Error&) {
+    if (repairs) repairs->add(make_repair(), key);
+    throw;
+  }
+}
+
+// Sends `txn`, guarded by compares, and again later when no answer comes.
+pb::TxnResponse write_or_redo(Connection& c, Repairs* repairs, const pb::TxnRequest& txn,
+                              const std::string& what, std::string_view key) {
+  return write(c, repairs, txn, what, key, [&] { return txn; });
+}
+
+// The repair of a fresh node's put: it goes if it still holds what was put (a node whose
+// answer never came is nobody's hold).
+pb::TxnRequest remove_if_holding(const std::string& node, const std::string& value) {
+  pb::TxnRequest repair;
+  compare_value(repair, node, value);
+  remove(repair, node);
+  return repair;
 }
 
 Queue queue_of(const pb::RangeResponse& range, std::int64_t revision) {
@@ -61,8 +102,8 @@ Queue read_queue(Connection& c, const std::string& root, std::string_view key, s
   return queue_of(range, range.header().revision());
 }
 
-Take take_if_free(Connection& c, const std::string& root, std::string_view key, const std::string& node,
-                  const NodeValue& value, std::int64_t lease) {
+Take take_if_free(Connection& c, Repairs* repairs, const std::string& root, std::string_view key,
+                  const std::string& node, const NodeValue& value, std::int64_t lease) {
   const std::string dir = key_dir(root, key);
   pb::TxnRequest txn;
   // Over a range, etcd compares every key in it, and a range with none as one key not there.
@@ -72,55 +113,63 @@ Take take_if_free(Connection& c, const std::string& root, std::string_view key, 
   empty->set_target(pb::Compare::CREATE);
   empty->set_result(pb::Compare::EQUAL);
   empty->set_create_revision(0);
-  put(txn, node, value, lease);
+  const std::string put_value = to_value(value);
+  put(txn, node, put_value, lease);
   *txn.add_failure()->mutable_request_range() = queue_request(dir, 1, 0);
-  const auto response = c.txn(txn, "acquire", key);
+  const auto response =
+      write(c, repairs, txn, "acquire", key, [&] { return remove_if_holding(node, put_value); });
   if (response.succeeded()) return {response.header().revision(), {}};
   return {std::nullopt, queue_of(response.responses(0).response_range(), response.header().revision())};
 }
 
-Queue join_queue(Connection& c, const std::string& root, std::string_view key, const std::string& node,
-                 const NodeValue& value, std::int64_t lease) {
+Queue join_queue(Connection& c, Repairs* repairs, const std::string& root, std::string_view key,
+                 const std::string& node, const NodeValue& value, std::int64_t lease) {
   pb::TxnRequest txn;
   compare_created(txn, node, 0);
-  put(txn, node, value, lease);
+  const std::string put_value = to_value(value);
+  put(txn, node, put_value, lease);
   *txn.add_success()->mutable_request_range() = queue_request(key_dir(root, key), 0, 0);
-  const auto response = c.txn(txn, "join the queue", key);
+  const auto response =
+      write(c, repairs, txn, "join the queue", key, [&] { return remove_if_holding(node, put_value); });
   if (!response.succeeded()) {
     throw BackendError("etcd already had the fresh queue node " + node, kName, std::string(key));
   }
   return queue_of(response.responses(1).response_range(), response.header().revision());
 }
 
-std::optional<std::int64_t> rewrite(Connection& c, const pb::KeyValue& node, const NodeValue& value,
-                                    std::string_view key, const std::string& drop) {
+std::optional<std::int64_t> rewrite(Connection& c, Repairs* repairs, Unanswered unanswered,
+                                    const pb::KeyValue& node, const NodeValue& value, std::string_view key,
+                                    const std::string& drop) {
   pb::TxnRequest txn;
   compare_unchanged(txn, node);
-  put(txn, node.key(), value, 0);
-  if (!drop.empty()) txn.add_success()->mutable_request_delete_range()->set_key(drop);
-  const auto response = c.txn(txn, "update a holder", key);
+  const std::string written = to_value(value);
+  put(txn, node.key(), written, 0);
+  if (!drop.empty()) remove(txn, drop);
+  const auto response = write(c, repairs, txn, "update a holder", key, [&] {
+    if (unanswered == Unanswered::redo) return txn;
+    pb::TxnRequest undo;
+    compare_created(undo, node.key(), node.create_revision());
+    compare_value(undo, node.key(), written);
+    put(undo, node.key(), node.value(), 0);
+    return undo;
+  });
   if (!response.succeeded()) return std::nullopt;
   return response.header().revision();
 }
 
-void remove_any(Connection& c, const std::string& node, std::string_view key) {
-  pb::TxnRequest txn;
-  txn.add_success()->mutable_request_delete_range()->set_key(node);
-  c.txn(txn, "remove a node", key);
-}
-
-bool remove_node(Connection& c, const std::string& node, std::int64_t created, std::string_view key) {
+bool remove_node(Connection& c, Repairs* repairs, const std::string& node, std::int64_t created,
+                 std::string_view key) {
   pb::TxnRequest txn;
   compare_created(txn, node, created);
-  txn.add_success()->mutable_request_delete_range()->set_key(node);
-  return c.txn(txn, "remove a node", key).succeeded();
+  remove(txn, node);
+  return write_or_redo(c, repairs, txn, "remove a node", key).succeeded();
 }
 
-bool remove_unchanged(Connection& c, const pb::KeyValue& node, std::string_view key) {
+bool remove_unchanged(Connection& c, Repairs* repairs, const pb::KeyValue& node, std::string_view key) {
   pb::TxnRequest txn;
   compare_unchanged(txn, node);
-  txn.add_success()->mutable_request_delete_range()->set_key(node.key());
-  return c.txn(txn, "release", key).succeeded();
+  remove(txn, node.key());
+  return write_or_redo(c, repairs, txn, "release", key).succeeded();
 }
 
 std::optional<pb::KeyValue> read_node(Connection& c, const std::string& node, std::string_view key,

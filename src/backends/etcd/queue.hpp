@@ -4,6 +4,10 @@
 // taking a free key, joining the queue, re-entering the owner's hold, changing or removing a
 // node only while it is still the acquisition it was (same create revision, so a late call
 // never touches a newer one).
+//
+// Every write takes `repairs`: where it leaves its repair when its answer never came
+// (repairs.hpp), so that the node ends as its caller, told of the failure, believes it is;
+// nullptr for a caller that reports the unknown outcome instead (an admin's force-release).
 
 #include <cstdint>
 #include <optional>
@@ -13,6 +17,7 @@
 
 #include "backends/etcd/connection.hpp"
 #include "backends/etcd/nodes.hpp"
+#include "backends/etcd/repairs.hpp"
 #include "dlock/backend.hpp"
 
 namespace dlock::backends::etcd {
@@ -34,26 +39,31 @@ struct Take {
   std::optional<std::int64_t> taken;
   Queue holder;  // when not taken: the first node
 };
-Take take_if_free(Connection& c, const std::string& root, std::string_view key, const std::string& node,
-                  const NodeValue& value, std::int64_t lease);
+// Unanswered, the node goes if it still holds what was put.
+Take take_if_free(Connection& c, Repairs* repairs, const std::string& root, std::string_view key,
+                  const std::string& node, const NodeValue& value, std::int64_t lease);
 
 // Puts `node` under `lease` and reads the whole queue: a waiter's place in line. The node's
-// create revision is the queue's revision.
-Queue join_queue(Connection& c, const std::string& root, std::string_view key, const std::string& node,
-                 const NodeValue& value, std::int64_t lease);
+// create revision is the queue's revision. Unanswered, the node goes if it still holds what was put.
+Queue join_queue(Connection& c, Repairs* repairs, const std::string& root, std::string_view key,
+                 const std::string& node, const NodeValue& value, std::int64_t lease);
 
 // Writes `value` into `node` (keeping its lease) if it is still the node read (create and mod
 // revisions), and deletes `drop` (a waiter's own node, when it re-enters) with it. The write's
-// revision, or nothing when the node changed or went.
-std::optional<std::int64_t> rewrite(Connection& c, const pb::KeyValue& node, const NodeValue& value,
-                                    std::string_view key, const std::string& drop = {});
+// revision, or nothing when the node changed or went. Unanswered, the write is made later if the
+// node is still as read (`redo`: a release), or the node is put back as read if the write was
+// made and nothing since (`undo`: a re-entry, whose caller hears it failed; `drop` stays gone).
+enum class Unanswered { redo, undo };
+std::optional<std::int64_t> rewrite(Connection& c, Repairs* repairs, Unanswered unanswered,
+                                    const pb::KeyValue& node, const NodeValue& value, std::string_view key,
+                                    const std::string& drop = {});
 
-// Deletes `node`, whatever it holds: for a node whose name only its maker knows.
-void remove_any(Connection& c, const std::string& node, std::string_view key);
 // Deletes `node` if its create revision is `created`; false when it was not there as that.
-bool remove_node(Connection& c, const std::string& node, std::int64_t created, std::string_view key);
-// The same, only if its mod revision is still `modified` too.
-bool remove_unchanged(Connection& c, const pb::KeyValue& node, std::string_view key);
+// Unanswered, the deletion is made later.
+bool remove_node(Connection& c, Repairs* repairs, const std::string& node, std::int64_t created,
+                 std::string_view key);
+// The same, only if its mod revision is still as read too.
+bool remove_unchanged(Connection& c, Repairs* repairs, const pb::KeyValue& node, std::string_view key);
 
 // One node, if it is there.
 std::optional<pb::KeyValue> read_node(Connection& c, const std::string& node, std::string_view key,

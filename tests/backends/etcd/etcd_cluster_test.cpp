@@ -52,10 +52,6 @@ class EtcdCluster : public ::testing::Test {
 // keeps its key. A request in flight at the kill stalls until etcd's request timeout (about
 // 7 s: 5 s and two election timeouts) and fails, so every contender may lose that long.
 TEST_F(EtcdCluster, LeaderKilledWhileAHeldKeyIsContended) {
-  GTEST_SKIP() << "known bug, open (issue 19): a release that times out at the leader's death leaves the holder's "
-                  "node under the client's live lease, and the owner's next acquire takes it for a re-entry "
-                  "(phantom re-entries, the key never free again; 1 CI run in 2 after the join fix): the failed "
-                  "release must delete the node by name, as a failed join now does";
   test::ScriptedServers cluster(DLOCK_SERVER_SCRIPT, "dlock-etcd", 3);
   const std::string url = cluster.env("DLOCK_ETCD_URL") + "/dlock-test-" + test::random_hex(8) + "?ttl=5s";
   const std::string key = "leader-killed";
