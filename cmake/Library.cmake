@@ -181,6 +181,7 @@ if(DLOCK_WITH_ETCD)
     src/backends/etcd/errors.cpp
     src/backends/etcd/etcd_backend.cpp
     src/backends/etcd/held_nodes.cpp
+    src/backends/etcd/holders.cpp
     src/backends/etcd/nodes.cpp
     src/backends/etcd/queue.cpp
     src/backends/etcd/repairs.cpp

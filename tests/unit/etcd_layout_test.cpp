@@ -3,6 +3,7 @@
 
 #include <gtest/gtest.h>
 
+#include "backends/etcd/holders.hpp"
 #include "backends/etcd/nodes.hpp"
 #include "backends/etcd/settings.hpp"
 #include "core/url.hpp"
@@ -40,17 +41,72 @@ TEST(EtcdLayout, PrefixEndIsTheFirstKeyPastThePrefix) {
 }
 
 TEST(EtcdLayout, NodeValuesRoundTripAndRejectOthers) {
-  const NodeValue value{"job@host:1.2/abc", 3, std::chrono::milliseconds(2000), true};
+  const NodeValue value{"job@host:1.2/abc", 3, std::chrono::milliseconds(2000), true, LockMode::shared, 5};
   const auto back = from_value(to_value(value));
   ASSERT_TRUE(back);
   EXPECT_EQ(back->owner, value.owner);
   EXPECT_EQ(back->holds, 3u);
   EXPECT_EQ(back->ttl, value.ttl);
   EXPECT_TRUE(back->evicted);
+  EXPECT_EQ(back->mode, LockMode::shared);
+  EXPECT_EQ(back->permits, 5u);
+  EXPECT_EQ(from_value(to_value(NodeValue{"o", 1, std::chrono::milliseconds(1000)}))->mode, LockMode::exclusive);
   EXPECT_FALSE(from_value(""));
-  EXPECT_FALSE(from_value("owner\n1\n2000"));
-  EXPECT_FALSE(from_value("owner\nx\n2000\nheld"));
-  EXPECT_FALSE(from_value("owner\n1\n2000\nmaybe"));
+  EXPECT_FALSE(from_value("owner\n1\n2000\nheld"));
+  EXPECT_FALSE(from_value("owner\nx\n2000\nheld\nexclusive\n0"));
+  EXPECT_FALSE(from_value("owner\n1\n2000\nmaybe\nexclusive\n0"));
+  EXPECT_FALSE(from_value("owner\n1\n2000\nheld\nboth\n0"));
+  EXPECT_FALSE(from_value("owner\n1\n2000\nheld\nshared\n-1"));
+}
+
+// A queue of nodes, each "x" (exclusive) or "sN" (shared with N permits), owned "o0", "o1", ...
+Line line(const std::vector<std::string>& kinds) {
+  std::vector<etcdserverpb::KeyValue> nodes;
+  for (std::size_t i = 0; i < kinds.size(); ++i) {
+    NodeValue value{"o" + std::to_string(i), 1, std::chrono::milliseconds(1000)};
+    if (kinds[i] != "x") {
+      value.mode = LockMode::shared;
+      value.permits = static_cast<std::uint32_t>(std::stoul(kinds[i].substr(1)));
+    }
+    etcdserverpb::KeyValue node;
+    node.set_key("/dlock/k/" + std::to_string(i));
+    node.set_create_revision(static_cast<std::int64_t>(10 + i));
+    node.set_value(to_value(value));
+    nodes.push_back(node);
+  }
+  return line_of("k", nodes, nodes.size());
+}
+
+std::vector<std::size_t> holding(const Line& l) {
+  std::vector<std::size_t> held;
+  for (std::size_t i = 0; i < l.nodes.size(); ++i) {
+    if (holds(l, i)) held.push_back(i);
+  }
+  return held;
+}
+
+TEST(EtcdHolders, WritersHoldAloneReadersTogetherSemaphoresUpToTheirPermits) {
+  using V = std::vector<std::size_t>;
+  EXPECT_EQ(holding(line({"x", "x", "s0"})), V{0});
+  EXPECT_EQ(holding(line({"s0", "s0", "x", "s0"})), (V{0, 1})) << "a reader behind a waiting writer waits";
+  EXPECT_EQ(holding(line({"s2", "s2", "s2"})), (V{0, 1}));
+  EXPECT_EQ(awaited(line({"x", "s0", "s0"}), 2), V{0}) << "a reader awaits its nearest writer";
+  EXPECT_EQ(awaited(line({"s0", "s0", "x"}), 2), V{1}) << "a writer awaits the node before it";
+  EXPECT_EQ(awaited(line({"s2", "s2", "s2", "s2"}), 3), (V{1, 2})) << "a semaphore's waiter awaits its permits";
+}
+
+TEST(EtcdHolders, ReentryFollowsTheModesAndPermitsMustAgree) {
+  const Line l = line({"s0", "x"});
+  backend::AcquireRequest request{"k", "o0", std::chrono::milliseconds(1000)};
+  EXPECT_FALSE(own_hold(l, 2, request)) << "a reader asking to write is not a re-entry";
+  request.mode = LockMode::shared;
+  EXPECT_EQ(own_hold(l, 2, request), 0u);
+  request.permits = 3;
+  EXPECT_THROW(check_permits(l, 2, request), InvalidArgument);
+  const auto refused = busy("k", line({"s0", "s0", "x"}), 3);
+  ASSERT_EQ(refused.holders.size(), 2u);
+  EXPECT_EQ(refused.holders[1].token, 11u);
+  EXPECT_EQ(refused.holders[0].waiters, 1u);
 }
 
 TEST(EtcdSettings, UrlGivesEndpointsPrefixAndTtl) {

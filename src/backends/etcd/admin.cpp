@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <map>
 
+#include "backends/etcd/holders.hpp"
 #include "backends/etcd/nodes.hpp"
 #include "backends/etcd/queue.hpp"
 #include "dlock/errors.hpp"
@@ -10,28 +11,39 @@
 namespace dlock::backends::etcd {
 namespace {
 
-// The holder of a queue (its nodes in create order), with the waiters behind it named.
-std::optional<LockInfo> holder_of(std::string_view key, const std::vector<pb::KeyValue>& nodes,
-                                  std::int64_t count) {
-  if (nodes.empty()) return std::nullopt;
-  const auto value = from_value(nodes.front().value());
-  if (!value) return std::nullopt;
-  LockInfo info = to_info(key, nodes.front(), *value, static_cast<std::size_t>(count) - 1);
-  std::vector<std::string> queue;
-  for (std::size_t i = 1; i < nodes.size() && queue.size() < kQueueShown; ++i) {
-    if (const auto waiting = from_value(nodes[i].value())) queue.push_back(waiting->owner);
+// A queue (its nodes in create order) as an administrator sees it: nodes that are not dlock's
+// are passed over rather than refused.
+Line admin_line(std::string_view key, const std::vector<pb::KeyValue>& nodes, std::int64_t count) {
+  std::vector<pb::KeyValue> ours;
+  for (const auto& node : nodes) {
+    if (from_value(node.value())) ours.push_back(node);
   }
-  info.queue = std::move(queue);
-  return info;
+  return line_of(key, std::move(ours), static_cast<std::size_t>(count));
+}
+
+// The holders of a queue, with the waiters behind them named.
+std::vector<LockInfo> holders_of(std::string_view key, const Line& line) {
+  std::vector<LockInfo> holders;
+  std::vector<std::string> queue;
+  for (std::size_t i = 0; i < line.nodes.size(); ++i) {
+    if (holds(line, i)) {
+      holders.push_back(to_info(key, line.nodes[i], line.values[i], 0));
+    } else if (queue.size() < kQueueShown) {
+      queue.push_back(line.values[i].owner);
+    }
+  }
+  for (auto& holder : holders) {
+    holder.waiters = static_cast<std::uint32_t>(line.count - holders.size());
+    holder.queue = queue;
+  }
+  return holders;
 }
 
 }  // namespace
 
 std::vector<LockInfo> inspect_key(Connection& c, const std::string& root, std::string_view key) {
-  const Queue queue = read_queue(c, root, key, 1 + kQueueShown);
-  auto holder = holder_of(key, queue.nodes, queue.count);
-  if (!holder) return {};
-  return {std::move(*holder)};
+  const Queue queue = read_queue(c, root, key);
+  return holders_of(key, admin_line(key, queue.nodes, queue.count));
 }
 
 ListPage list_keys(Connection& c, const std::string& root, std::string_view prefix, std::string_view after,
@@ -44,6 +56,7 @@ ListPage list_keys(Connection& c, const std::string& root, std::string_view pref
   request.set_range_end(prefix_end(from));
   const auto range = c.range(request, "list", prefix);
   std::map<std::string, std::vector<pb::KeyValue>> queues;  // by key, in byte order
+  std::size_t listed = 0;                                   // keys
   for (const auto& node : range.kvs()) {
     auto key = key_of_node(root, node.key());
     if (!key || key->compare(0, prefix.size(), prefix) != 0 || (!after.empty() && *key <= after)) continue;
@@ -53,13 +66,14 @@ ListPage list_keys(Connection& c, const std::string& root, std::string_view pref
     std::sort(nodes.begin(), nodes.end(), [](const pb::KeyValue& a, const pb::KeyValue& b) {
       return a.create_revision() < b.create_revision();
     });
-    auto holder = holder_of(key, nodes, static_cast<std::int64_t>(nodes.size()));
-    if (!holder) continue;
-    if (page.locks.size() == limit) {
+    auto holders = holders_of(key, admin_line(key, nodes, static_cast<std::int64_t>(nodes.size())));
+    if (holders.empty()) continue;
+    if (listed == limit) {
       page.next_after = page.locks.back().key;
       return page;
     }
-    page.locks.push_back(std::move(*holder));
+    ++listed;
+    page.locks.insert(page.locks.end(), holders.begin(), holders.end());
   }
   return page;
 }
@@ -67,21 +81,28 @@ ListPage list_keys(Connection& c, const std::string& root, std::string_view pref
 std::vector<LockInfo> evict(Connection& c, const std::string& root, std::string_view key, Eviction eviction,
                             std::optional<std::uint64_t> token) {
   for (int attempt = 0; attempt < 100; ++attempt) {
-    const Queue queue = read_queue(c, root, key, 1);
-    if (queue.nodes.empty()) return {};
-    const pb::KeyValue& holder = queue.nodes.front();
-    auto value = from_value(holder.value());
-    if (!value) return {};
-    const LockInfo info = to_info(key, holder, *value, static_cast<std::size_t>(queue.count) - 1);
-    if (token && info.token != *token) return {};
-    if (eviction == Eviction::immediate) {
-      if (remove_node(c, nullptr, holder.key(), holder.create_revision(), key)) return {info};
-      continue;  // released first: the next node holds now
+    const Queue queue = read_queue(c, root, key);
+    const Line line = admin_line(key, queue.nodes, queue.count);
+    const auto holders = holders_of(key, line);
+    if (holders.empty()) return {};
+    std::vector<LockInfo> evicted;
+    for (std::size_t i = 0, h = 0; i < line.nodes.size(); ++i) {
+      if (!holds(line, i)) continue;
+      const LockInfo& info = holders[h++];
+      if (token && info.token != *token) continue;
+      bool done = true;
+      if (eviction == Eviction::immediate) {
+        done = remove_node(c, nullptr, line.nodes[i].key(), line.nodes[i].create_revision(), key);
+      } else if (!line.values[i].evicted) {
+        // Whatever its hold count is now: the node is this holder's, and an evicted holder's count is 0.
+        NodeValue value = line.values[i];
+        value.evicted = true;
+        done = mark_evicted(c, line.nodes[i], value, key);
+      }
+      if (done) evicted.push_back(info);  // else released first
     }
-    if (value->evicted) return {info};
-    value->evicted = true;
-    if (rewrite(c, nullptr, Unanswered::redo, holder, *value, key)) return {info};
-    // Changed meanwhile (a re-entry, a release): look again.
+    if (evicted.empty() && !token) continue;  // every holder went meanwhile: the next ones hold now
+    return evicted;
   }
   throw BackendError("'" + std::string(key) + "' kept changing hands during force-release", kName,
                      std::string(key), true);

@@ -15,7 +15,7 @@
 
 namespace dlock::backends::etcd {
 
-// The key's holder, with its waiters named in order (Backend::inspect).
+// The key's holders, with its waiters named in order (Backend::inspect).
 std::vector<LockInfo> inspect_key(Connection& c, const std::string& root, std::string_view key);
 
 // Held keys from `prefix` after `after`, at most `limit` of them (Backend::list): one range
@@ -23,9 +23,9 @@ std::vector<LockInfo> inspect_key(Connection& c, const std::string& root, std::s
 ListPage list_keys(Connection& c, const std::string& root, std::string_view prefix, std::string_view after,
                    std::size_t limit);
 
-// Force-release of the key's holder, or only if its token is `token` (Backend::force_release):
-// an immediate eviction deletes its node, a delayed one marks it evicted, so that it keeps its
-// place (and the key) until its holder releases it or its lease ends.
+// Force-release of the key's holders, or only of the one whose token is `token`
+// (Backend::force_release): an immediate eviction deletes a holder's node, a delayed one marks it
+// evicted, so that it keeps its place (and the key) until its holder releases it or its lease ends.
 std::vector<LockInfo> evict(Connection& c, const std::string& root, std::string_view key, Eviction eviction,
                             std::optional<std::uint64_t> token);
 

@@ -1,13 +1,15 @@
 // etcd://: the lock recipe of etcd's own concurrency package, with dlock's semantics on top.
 // A client's session is one lease, kept alive in the background (session.hpp); every
 // acquisition or waiter puts a node of its own under that lease in the key's directory, and the
-// node with the lowest create revision holds (nodes.hpp). A try-once acquire puts its node only
-// if the directory is empty, so a busy key never sees it; a waiter joins the queue and watches
-// only the node just before its own, so a release wakes one waiter (FIFO, no herd), which then
-// reads the queue once. The fencing token is the holder node's create revision, which the
-// cluster never reuses or lowers (restarts, leader changes). Every later write of a holder's
-// node (re-entry, release, force-release) compares that create revision, so a late call cannot
-// touch a newer holder.
+// nodes hold in create order: an exclusive one when first, shared ones together up to their
+// permits (holders.hpp). A try-once exclusive acquire puts its node only if the directory is
+// empty, so a busy key never sees it; a try-once shared one joins the queue and leaves it again
+// when busy; a waiter joins the queue and watches only the nodes it awaits (a writer the one
+// just before its own), so a release wakes one waiter (FIFO, no herd), which then reads the
+// queue once. The fencing token is the holder node's create revision, which the cluster never
+// reuses or lowers (restarts, leader changes). Every later write of a holder's node (re-entry,
+// release, force-release) compares that create revision, so a late call cannot touch a newer
+// holder.
 
 #include "backends/etcd/etcd_backend.hpp"
 
@@ -21,6 +23,7 @@
 #include "backends/etcd/admin.hpp"
 #include "backends/etcd/connection.hpp"
 #include "backends/etcd/held_nodes.hpp"
+#include "backends/etcd/holders.hpp"
 #include "backends/etcd/nodes.hpp"
 #include "backends/etcd/queue.hpp"
 #include "backends/etcd/repairs.hpp"
@@ -78,30 +81,25 @@ class EtcdBackend final : public backend::Backend {
             .lease_is_the_session = true,
             .counts_waiters = true,
             .names_waiters = true,
+            .shared_holders = true,
             .notifies_evictions = true};
   }
 
   backend::AcquireResult acquire(const backend::AcquireRequest& request) override {
-    make_repairs();
+    repairs_.make();
     for (int attempt = 0; attempt < kAttempts; ++attempt) {
       const auto s = session();
       const std::string node = new_node(root_, request.key, s->id());
-      const NodeValue value{std::string(request.owner), 1, s->ttl(), false};
-      Take take;
+      const NodeValue value = value_of(request, *s);
+      std::optional<backend::AcquireResult> result;
       try {
-        take = take_if_free(*connection_, &repairs_, root_, request.key, node, value, s->id());
+        result = request.mode == LockMode::exclusive ? take(request, node, value, *s)
+                                                     : join(request, node, value, *s);
       } catch (const LeaseGone&) {
         s->end(kLeaseGone);
         continue;  // under a new lease
       }
-      if (take.taken) {
-        pb::KeyValue made;
-        made.set_key(node);
-        made.set_create_revision(*take.taken);
-        made.set_mod_revision(*take.taken);
-        return granted(request, made, value, *take.taken);
-      }
-      if (auto result = reenter_or_busy(request, take.holder)) return *result;
+      if (result) return *result;
     }
     throw changing(request.key, "acquire");
   }
@@ -216,6 +214,26 @@ class EtcdBackend final : public backend::Backend {
   Watches& watches() { return watches_; }
   const std::string& root() const { return root_; }
 
+  // A node's value for `request` under session `s`.
+  static NodeValue value_of(const backend::AcquireRequest& request, const Session& s) {
+    return NodeValue{std::string(request.owner), 1, s.ttl(), false, request.mode, request.permits};
+  }
+
+  // The answer to an attempt from the queue it read: its nodes up to the caller's own at `own`
+  // (or the whole queue, own == its size, when the caller has no node), read at `revision`. A
+  // re-entry of the owner's hold (dropping the caller's node with it), the caller's node
+  // granted, or Busy. Nothing when a holder changed meanwhile.
+  std::optional<backend::AcquireResult> settle(const backend::AcquireRequest& request, const Line& line,
+                                               std::size_t own, std::int64_t revision) {
+    const bool has_node = own < line.nodes.size();
+    if (const auto held = own_hold(line, own, request)) {
+      return reenter(request, line.nodes[*held], line.values[*held], has_node ? line.nodes[own].key() : "");
+    }
+    check_permits(line, own, request);
+    if (has_node && holds(line, own)) return granted(request, line.nodes[own], line.values[own], revision);
+    return busy(request.key, line, own);
+  }
+
   // The caller's node holds: the lease's now, watched for a force-release.
   backend::Acquired granted(const backend::AcquireRequest& request, const pb::KeyValue& node,
                             const NodeValue& value, std::int64_t revision) {
@@ -226,37 +244,59 @@ class EtcdBackend final : public backend::Backend {
     return backend::Acquired{token, 1, std::nullopt, value.ttl};
   }
 
-  // The queue's holder is not the caller's node: a re-entry when it is the owner's (dropping
-  // `own`, the caller's node, with it), else Busy naming it. Nothing when the holder changed
-  // meanwhile.
-  std::optional<backend::AcquireResult> reenter_or_busy(const backend::AcquireRequest& request,
-                                                        const Queue& queue, const std::string& own = {}) {
-    if (queue.nodes.empty()) return std::nullopt;
-    const pb::KeyValue& holder = queue.nodes.front();
-    auto value = from_value(holder.value());
-    if (!value) {
-      throw BackendError(
-          "the first node of '" + std::string(request.key) + "' (" + holder.key() +
-              ") is not dlock's: remove it, or give dlock a prefix of its own (etcd://HOST:PORT/PREFIX)",
-          kName, std::string(request.key));
+ private:
+  // The try-once exclusive acquire: the key taken if it has no node, else a re-entry or Busy.
+  std::optional<backend::AcquireResult> take(const backend::AcquireRequest& request, const std::string& node,
+                                             const NodeValue& value, Session& s) {
+    Take take = take_if_free(*connection_, &repairs_, root_, request.key, node, value, s.id());
+    if (take.taken) {
+      pb::KeyValue made;
+      made.set_key(node);
+      made.set_create_revision(*take.taken);
+      made.set_mod_revision(*take.taken);
+      return granted(request, made, value, *take.taken);
     }
-    if (value->owner != request.owner || value->evicted) {
-      // A holder's node goes when it releases or its lease ends, and a watch fires; the core's
-      // bound on the wait is only a fallback.
-      return backend::Busy{{to_info(request.key, holder, *value, static_cast<std::size_t>(queue.count) - 1)},
-                           std::max(value->ttl, milliseconds(1000))};
+    const Line line = line_of(request.key, std::move(take.queue.nodes), take.queue.count);
+    return settle(request, line, line.nodes.size(), take.queue.revision);
+  }
+
+  // The try-once shared acquire: its node joins the queue, and leaves it again unless it holds.
+  std::optional<backend::AcquireResult> join(const backend::AcquireRequest& request, const std::string& node,
+                                             const NodeValue& value, Session& s) {
+    Queue queue = join_queue(*connection_, &repairs_, root_, request.key, node, value, s.id());
+    const std::int64_t created = queue.revision;
+    std::optional<backend::AcquireResult> result;
+    try {
+      const Line line = line_of(request.key, std::move(queue.nodes), queue.count);
+      const auto own =
+          static_cast<std::size_t>(std::find_if(line.nodes.begin(), line.nodes.end(),
+                                                [&](const pb::KeyValue& n) { return n.key() == node; }) -
+                                   line.nodes.begin());
+      result = settle(request, line, own, queue.revision);
+    } catch (...) {
+      remove_node(*connection_, &repairs_, node, created, request.key);
+      throw;
     }
-    ++value->holds;
-    const auto written = rewrite(*connection_, &repairs_, Unanswered::undo, holder, *value, request.key, own);
+    const auto* acquired = result ? std::get_if<backend::Acquired>(&*result) : nullptr;
+    // Granted, the node is the hold; re-entered, it went with the re-entry.
+    if (!acquired) remove_node(*connection_, &repairs_, node, created, request.key);
+    return result;
+  }
+
+  // Re-enters the owner's hold at `holder`; `drop`, the caller's node, goes with it.
+  std::optional<backend::AcquireResult> reenter(const backend::AcquireRequest& request,
+                                                const pb::KeyValue& holder, NodeValue value,
+                                                const std::string& drop) {
+    ++value.holds;
+    const auto written = rewrite(*connection_, &repairs_, Unanswered::undo, holder, value, request.key, drop);
     if (!written) return std::nullopt;
     pb::KeyValue node = holder;
     node.set_mod_revision(*written);
     const auto token = static_cast<std::uint64_t>(holder.create_revision());
-    held_.remember({request.key, request.owner, token}, node, *value);
-    return backend::Acquired{token, value->holds, std::nullopt, value->ttl};
+    held_.remember({request.key, request.owner, token}, node, value);
+    return backend::Acquired{token, value.holds, std::nullopt, value.ttl};
   }
 
- private:
   // The node of an acquisition: as this client remembers it, or found in the key's queue (a
   // client of the same owner took it, or re-entered it since). `revision`: the read's.
   std::optional<Place> find(const backend::LeaseRef& lease, std::int64_t* revision = nullptr) {
@@ -265,9 +305,7 @@ class EtcdBackend final : public backend::Backend {
     if (known) {
       node = read_node(*connection_, known->node.key(), lease.key, revision);
     } else {
-      const Queue queue = read_queue(*connection_, root_, lease.key, 1);
-      if (revision) *revision = queue.revision;
-      if (!queue.nodes.empty()) node = queue.nodes.front();
+      node = read_created(*connection_, root_, lease.key, static_cast<std::int64_t>(lease.token), revision);
     }
     if (!node || static_cast<std::uint64_t>(node->create_revision()) != lease.token) {
       held_.forget(lease);
@@ -322,9 +360,14 @@ class EtcdBackend final : public backend::Backend {
 class QueueWaiter final : public backend::Waiter {
  public:
   QueueWaiter(EtcdBackend& backend, const backend::AcquireRequest& request)
-      : backend_(backend), key_(request.key), owner_(request.owner), ttl_(request.ttl) {}
+      : backend_(backend),
+        key_(request.key),
+        owner_(request.owner),
+        ttl_(request.ttl),
+        mode_(request.mode),
+        permits_(request.permits) {}
   ~QueueWaiter() override {
-    cancel_watch();
+    cancel_watches();
     if (node_.empty()) return;
     try {
       remove_node(backend_.connection(), backend_.repairs(), node_, created_, key_);
@@ -337,21 +380,21 @@ class QueueWaiter final : public backend::Waiter {
 
   backend::AcquireResult attempt() override {
     backend_.make_repairs();
-    const backend::AcquireRequest request{key_, owner_, ttl_, LockMode::exclusive, 0, /*waiting=*/true};
+    const backend::AcquireRequest request{key_, owner_, ttl_, mode_, permits_, /*waiting=*/true};
     for (int attempt = 0; attempt < kAttempts; ++attempt) {
-      cancel_watch();
+      cancel_watches();
       Queue queue;
       if (!node_.empty()) {
-        // The nodes up to this call's own: the holder, and the one it waits for.
+        // The nodes up to this call's own: the holders, and those it waits for.
         queue = read_queue(backend_.connection(), backend_.root(), key_, 0, created_);
         if (queue.nodes.empty() || queue.nodes.back().key() != node_) node_.clear();  // gone with its lease
       }
       if (node_.empty()) {
         session_ = backend_.session();
         node_ = new_node(backend_.root(), key_, session_->id());
-        value_ = NodeValue{owner_, 1, session_->ttl(), false};
+        const NodeValue value{owner_, 1, session_->ttl(), false, mode_, permits_};
         try {
-          queue = join_queue(backend_.connection(), backend_.repairs(), backend_.root(), key_, node_, value_,
+          queue = join_queue(backend_.connection(), backend_.repairs(), backend_.root(), key_, node_, value,
                              session_->id());
         } catch (const LeaseGone&) {
           node_.clear();
@@ -366,22 +409,22 @@ class QueueWaiter final : public backend::Waiter {
                                       [&](const pb::KeyValue& node) { return node.key() == node_; });
         queue.nodes.erase(own + 1, queue.nodes.end());
       }
-      if (queue.nodes.size() == 1) {
-        const pb::KeyValue own = queue.nodes.front();
-        node_.clear();  // the lease's now
-        return backend_.granted(request, own, value_, queue.revision);
-      }
-      // Busy: wait for the node just before this one (a later node never holds first).
-      const std::string& before = queue.nodes[queue.nodes.size() - 2].key();
-      watch_ = backend_.watches().watch(before, queue.revision + 1, /*any_change=*/false,
-                                        [signal = signal_] { signal->fire(); });
-      if (auto result = backend_.reenter_or_busy(request, queue, node_)) {
-        if (std::holds_alternative<backend::Acquired>(*result)) {
-          cancel_watch();
-          node_.clear();  // deleted by the re-entry
-        }
+      const Line line = line_of(key_, std::move(queue.nodes), static_cast<std::size_t>(queue.count));
+      const std::size_t own = line.nodes.size() - 1;
+      auto result = backend_.settle(request, line, own, queue.revision);
+      if (!result) continue;  // a holder changed meanwhile
+      if (std::holds_alternative<backend::Acquired>(*result)) {
+        node_.clear();  // the lease's now, or deleted by the re-entry
         return *result;
       }
+      // Busy: wait for the nodes it awaits (a node behind never holds first); a change after the
+      // read wakes it.
+      for (const std::size_t i : awaited(line, own)) {
+        watches_.push_back(backend_.watches().watch(line.nodes[i].key(), queue.revision + 1,
+                                                    /*any_change=*/false,
+                                                    [signal = signal_] { signal->fire(); }));
+      }
+      return *result;
     }
     throw BackendError("'" + key_ + "' kept changing while waiting", kName, key_, true);
   }
@@ -393,19 +436,21 @@ class QueueWaiter final : public backend::Waiter {
   }
 
  private:
-  void cancel_watch() {
-    if (watch_ != 0) backend_.watches().cancel(std::exchange(watch_, 0));
+  void cancel_watches() {
+    for (const auto handle : watches_) backend_.watches().cancel(handle);
+    watches_.clear();
   }
 
   EtcdBackend& backend_;
   const std::string key_;
   const std::string owner_;
   const milliseconds ttl_;
+  const LockMode mode_;
+  const std::uint32_t permits_;
   std::shared_ptr<Session> session_;  // the lease its node lives under
   std::string node_;                  // its node, while it waits
   std::int64_t created_ = 0;          // that node's create revision
-  NodeValue value_;
-  Watches::Handle watch_ = 0;
+  std::vector<Watches::Handle> watches_;
   const std::shared_ptr<Signal> signal_ = std::make_shared<Signal>();
 };
 

@@ -97,7 +97,8 @@ std::string prefix_end(std::string prefix) {
 
 std::string to_value(const NodeValue& value) {
   return value.owner + "\n" + std::to_string(value.holds) + "\n" + std::to_string(value.ttl.count()) + "\n" +
-         (value.evicted ? "evicted" : "held");
+         (value.evicted ? "evicted" : "held") + "\n" +
+         (value.mode == LockMode::shared ? "shared" : "exclusive") + "\n" + std::to_string(value.permits);
 }
 
 std::optional<NodeValue> from_value(std::string_view text) {
@@ -107,11 +108,20 @@ std::optional<NodeValue> from_value(std::string_view text) {
     lines.push_back(text.substr(at, end - at));
     at = end + 1;
   }
-  if (lines.size() != 4 || lines[0].empty()) return std::nullopt;
+  if (lines.size() != 6 || lines[0].empty()) return std::nullopt;
   const auto holds = number<std::uint32_t>(lines[1]);
   const auto ttl = number<std::int64_t>(lines[2]);
-  if (!holds || !ttl || (lines[3] != "held" && lines[3] != "evicted")) return std::nullopt;
-  return NodeValue{std::string(lines[0]), *holds, std::chrono::milliseconds(*ttl), lines[3] == "evicted"};
+  const auto permits = number<std::uint32_t>(lines[5]);
+  if (!holds || !ttl || !permits || (lines[3] != "held" && lines[3] != "evicted") ||
+      (lines[4] != "exclusive" && lines[4] != "shared")) {
+    return std::nullopt;
+  }
+  return NodeValue{std::string(lines[0]),
+                   *holds,
+                   std::chrono::milliseconds(*ttl),
+                   lines[3] == "evicted",
+                   lines[4] == "shared" ? LockMode::shared : LockMode::exclusive,
+                   *permits};
 }
 
 LockInfo to_info(std::string_view key, const etcdserverpb::KeyValue& node, const NodeValue& value,
@@ -124,6 +134,7 @@ LockInfo to_info(std::string_view key, const etcdserverpb::KeyValue& node, const
   info.ttl_left = value.ttl;
   info.waiters = static_cast<std::uint32_t>(waiters);
   info.evicted = value.evicted;
+  info.mode = value.mode;
   return info;
 }
 

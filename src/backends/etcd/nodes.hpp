@@ -5,8 +5,9 @@
 // of keys is a prefix of directories); in it, one node per holder or waiter,
 // ROOT/KEY/LEASE-ATTEMPT: the client's lease id and a random attempt tag (16 hex digits each),
 // so that several owners of one client can queue for one key. Each node lives under its
-// client's lease. The node with the lowest create revision holds; its create revision is the
-// fencing token. A node's value: owner, hold count, the lease's TTL (ms), held | evicted.
+// client's lease. Who holds follows the create revisions (holders.hpp); a holder's create
+// revision is its fencing token. A node's value: owner, hold count, the lease's TTL (ms),
+// held | evicted, exclusive | shared, and a shared node's permits (0: a reader).
 
 #include <chrono>
 #include <cstdint>
@@ -35,6 +36,8 @@ struct NodeValue {
   std::uint32_t holds = 1;
   std::chrono::milliseconds ttl{0};
   bool evicted = false;
+  LockMode mode = LockMode::exclusive;
+  std::uint32_t permits = 0;  // shared: the semaphore's permits (0: no limit, a reader)
 };
 std::string to_value(const NodeValue& value);
 std::optional<NodeValue> from_value(std::string_view text);

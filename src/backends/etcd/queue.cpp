@@ -115,7 +115,7 @@ Take take_if_free(Connection& c, Repairs* repairs, const std::string& root, std:
   empty->set_create_revision(0);
   const std::string put_value = to_value(value);
   put(txn, node, put_value, lease);
-  *txn.add_failure()->mutable_request_range() = queue_request(dir, 1, 0);
+  *txn.add_failure()->mutable_request_range() = queue_request(dir, 0, 0);
   const auto response =
       write(c, repairs, txn, "acquire", key, [&] { return remove_if_holding(node, put_value); });
   if (response.succeeded()) return {response.header().revision(), {}};
@@ -170,6 +170,23 @@ bool remove_unchanged(Connection& c, Repairs* repairs, const pb::KeyValue& node,
   compare_unchanged(txn, node);
   remove(txn, node.key());
   return write_or_redo(c, repairs, txn, "release", key).succeeded();
+}
+
+bool mark_evicted(Connection& c, const pb::KeyValue& node, const NodeValue& value, std::string_view key) {
+  pb::TxnRequest txn;
+  compare_created(txn, node.key(), node.create_revision());
+  put(txn, node.key(), to_value(value), 0);
+  return c.txn(txn, "force-release", key).succeeded();
+}
+
+std::optional<pb::KeyValue> read_created(Connection& c, const std::string& root, std::string_view key,
+                                         std::int64_t created, std::int64_t* revision) {
+  auto request = queue_request(key_dir(root, key), 1, created);
+  request.set_sort_order(pb::RangeRequest::DESCEND);
+  const auto range = c.range(request, "read a holder", key);
+  if (revision) *revision = range.header().revision();
+  if (range.kvs_size() == 0 || range.kvs(0).create_revision() != created) return std::nullopt;
+  return range.kvs(0);
 }
 
 std::optional<pb::KeyValue> read_node(Connection& c, const std::string& node, std::string_view key,

@@ -33,11 +33,11 @@ struct Queue {
 Queue read_queue(Connection& c, const std::string& root, std::string_view key, std::int64_t limit = 0,
                  std::int64_t max_create = 0);
 
-// Puts `node` under `lease` if the key has no node at all: the try-once acquire, which never
-// leaves a node behind. Taken: the node's create revision; else the queue's first node.
+// Puts `node` under `lease` if the key has no node at all: the try-once exclusive acquire, which
+// never leaves a node behind. Taken: the node's create revision; else the whole queue.
 struct Take {
   std::optional<std::int64_t> taken;
-  Queue holder;  // when not taken: the first node
+  Queue queue;  // when not taken
 };
 // Unanswered, the node goes if it still holds what was put.
 Take take_if_free(Connection& c, Repairs* repairs, const std::string& root, std::string_view key,
@@ -64,6 +64,14 @@ bool remove_node(Connection& c, Repairs* repairs, const std::string& node, std::
                  std::string_view key);
 // The same, only if its mod revision is still as read too.
 bool remove_unchanged(Connection& c, Repairs* repairs, const pb::KeyValue& node, std::string_view key);
+
+// Marks `node` evicted (writing `value`, whatever the node's hold count is now) if its create
+// revision is still the one read; false when it went.
+bool mark_evicted(Connection& c, const pb::KeyValue& node, const NodeValue& value, std::string_view key);
+
+// The node of the key's queue created at revision `created`, if it is there.
+std::optional<pb::KeyValue> read_created(Connection& c, const std::string& root, std::string_view key,
+                                         std::int64_t created, std::int64_t* revision = nullptr);
 
 // One node, if it is there.
 std::optional<pb::KeyValue> read_node(Connection& c, const std::string& node, std::string_view key,
