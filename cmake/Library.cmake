@@ -176,6 +176,7 @@ if(DLOCK_WITH_ETCD)
   target_include_directories(dlock_etcd_proto SYSTEM PUBLIC ${etcd_generated})
   target_compile_options(dlock_etcd_proto PUBLIC ${Grpc_CFLAGS_OTHER})
   add_library(dlock_etcd OBJECT
+    src/backends/etcd/activity.cpp
     src/backends/etcd/admin.cpp
     src/backends/etcd/connection.cpp
     src/backends/etcd/errors.cpp

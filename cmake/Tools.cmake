@@ -7,7 +7,7 @@ find_package(nlohmann_json CONFIG REQUIRED)
 
 # What both tools share, compiled once for the two.
 if(DLOCK_BUILD_CLI OR DLOCK_BUILD_SERVE)
-  add_library(dlock_cli_common OBJECT src/cli/cli_common.cpp src/cli/audit_log.cpp
+  add_library(dlock_cli_common OBJECT src/cli/cli_common.cpp src/cli/audit_log.cpp src/cli/store_probe.cpp
     src/cli/fmt_compiled.cpp)
   # fmt's headers without FMT_HEADER_ONLY: fmt_compiled.cpp holds its compiled part.
   target_include_directories(dlock_cli_common SYSTEM PUBLIC

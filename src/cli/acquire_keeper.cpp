@@ -7,14 +7,13 @@
 // have, or a library's state half-updated. So the keeper is forked from a single-threaded
 // process and opens a Client of its own after the fork. `dlock acquire` learns that it needs a
 // keeper from the store's capabilities, which only an open Client can tell (the URL does not
-// say what a store can do), so it opens one, asks, and closes it before forking. Closing a
-// Client joins every thread it started: the core's renewal threads (std::jthread), the Redis
-// and SQLite watcher threads, and the ZooKeeper client's two threads (zookeeper_close joins
-// them); libmariadb starts none. That is checked here, not assumed: the fork waits until
+// say what a store can do), so a child process opens one and answers (store_probe.hpp): a
+// closed Client may leave its library's state behind even when its threads are gone (gRPC's
+// event engine, for etcd://: a keeper forked after it crashed in its poller). Should the child
+// fail to answer, `dlock acquire` opens one, asks, and closes it before forking: closing a
+// Client joins every thread it started, which is checked here, not assumed: the fork waits until
 // /proc/self/task lists the calling thread alone, and `dlock acquire` fails (exit 69) rather
-// than fork beside a thread that stays. The other safe design, forking first on every store,
-// would make the stores whose holds outlive their client (most of them) pay for a fork and a
-// relay of their output for nothing.
+// than fork beside a thread that stays.
 //
 // The keeper's life: it dies with `dlock acquire` until it has reported (PR_SET_PDEATHSIG: a
 // Ctrl-C while it waits for a busy key ends both, and the store frees whatever the keeper had

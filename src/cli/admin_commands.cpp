@@ -1,11 +1,11 @@
 // `dlock acquire`, `release`, `status`, `list`, `force-release`: one backend call each (list
 // pages), plain text for people or one JSON object per invocation with --json.
 
-#include <CLI/CLI.hpp>
 #include <fmt/format.h>
 #include <pwd.h>
 #include <unistd.h>
 
+#include <CLI/CLI.hpp>
 #include <algorithm>
 #include <array>
 #include <cstdint>
@@ -21,6 +21,7 @@
 #include "cli/acquire_keeper.hpp"
 #include "cli/audit_log.hpp"
 #include "cli/commands.hpp"
+#include "cli/store_probe.hpp"
 #include "core/owner.hpp"
 #if DLOCK_WITH_MYSQL
 #include "backends/mysql/mysql_backend.hpp"
@@ -62,6 +63,12 @@ void refuse_a_store_inside_one_process(const Client& client) {
 }
 
 int acquire(const GlobalOptions& global, const AcquireOptions& options) {
+  // A store that needs a keeper is asked in a child process: the keeper is forked from this
+  // one, which must not have opened a client (store_probe.hpp).
+  if (const auto store = store_traits_in_child(global);
+      store && store->capabilities.spans_processes && !store->capabilities.holds_outlive_the_client) {
+    return acquire_in_keeper(global, options);
+  }
   {
     const Client client = open_client(global);
     refuse_a_store_inside_one_process(client);
@@ -74,7 +81,7 @@ int acquire(const GlobalOptions& global, const AcquireOptions& options) {
       if (attempt) attempt.lease().detach();
       return print_report(report_attempt(global, options, attempt));
     }
-  }  // closed, and its threads gone, before the keeper is forked (acquire_keeper.cpp)
+  }  // closed, and its threads gone, before the keeper is forked (the child could not tell)
   return acquire_in_keeper(global, options);
 }
 
@@ -202,7 +209,8 @@ std::string invoking_user(const std::string& by) {
 
 int force_release(const GlobalOptions& global, const ForceReleaseOptions& options) {
   if (options.reason.find_first_not_of(" \t") == std::string::npos) {
-    throw InvalidArgument("give a reason with --reason TEXT: it goes to the audit log with the evicted holder");
+    throw InvalidArgument(
+        "give a reason with --reason TEXT: it goes to the audit log with the evicted holder");
   }
   // Opened first: a force-release that cannot be recorded is not made.
   AuditLog audit(options.audit_log.empty() ? default_audit_log() : options.audit_log);
@@ -312,7 +320,8 @@ void add_admin_commands(CLI::App& app, const GlobalOptions& global, int& exit_co
     command->callback([&global, &exit_code, options] { exit_code = force_release(global, *options); });
   }
 #if DLOCK_WITH_MYSQL || DLOCK_WITH_POSTGRES
-  app.add_subcommand("schema", "Print the DDL of a backend's tables, for DBAs who create them")->require_subcommand(1);
+  app.add_subcommand("schema", "Print the DDL of a backend's tables, for DBAs who create them")
+      ->require_subcommand(1);
 #endif
 #if DLOCK_WITH_MYSQL
   {
@@ -320,7 +329,8 @@ void add_admin_commands(CLI::App& app, const GlobalOptions& global, int& exit_co
     auto table = std::make_shared<std::string>();
     auto mode = std::make_shared<std::string>("lease");
     auto* mysql = schema->add_subcommand(
-        "mysql", "The lock table of mysql:// lease and session modes, or the columns row mode adds to your table");
+        "mysql",
+        "The lock table of mysql:// lease and session modes, or the columns row mode adds to your table");
     mysql->add_option("--mode", *mode, "lease, session or row, as in the URL's mode= option")
         ->check(CLI::IsMember({"lease", "session", "row"}))
         ->capture_default_str();
@@ -336,8 +346,10 @@ void add_admin_commands(CLI::App& app, const GlobalOptions& global, int& exit_co
   {
     auto* schema = app.get_subcommand("schema");
     auto table = std::make_shared<std::string>("dlock_locks");
-    auto* postgres = schema->add_subcommand("postgres", "The lock table of postgres:// and its token sequence");
-    postgres->add_option("--table", *table, "The table, as in the URL's table= option")->capture_default_str();
+    auto* postgres =
+        schema->add_subcommand("postgres", "The lock table of postgres:// and its token sequence");
+    postgres->add_option("--table", *table, "The table, as in the URL's table= option")
+        ->capture_default_str();
     postgres->callback([table] { std::fputs(backends::postgres_schema(*table).c_str(), stdout); });
   }
 #endif

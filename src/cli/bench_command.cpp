@@ -38,6 +38,7 @@
 #include "cli/bench_histogram.hpp"
 #include "cli/bench_workers.hpp"
 #include "cli/commands.hpp"
+#include "cli/store_probe.hpp"
 
 namespace dlock::cli {
 namespace {
@@ -130,8 +131,9 @@ std::optional<Timeline> drive(Workers& workers, Shared& s, const Client& client,
                    [&](std::uint64_t now) {
                      const std::uint64_t ops = measured_ops();
                      const double elapsed = seconds(now - start);
-                     progress.show(fmt::format("{:.1f}/{}, {} ops, {:.0f} ops/s", elapsed, format_duration(a.duration),
-                                               ops, static_cast<double>(ops) / elapsed));
+                     progress.show(fmt::format("{:.1f}/{}, {} ops, {:.0f} ops/s", elapsed,
+                                               format_duration(a.duration), ops,
+                                               static_cast<double>(ops) / elapsed));
                    })) {
     return std::nullopt;
   }
@@ -263,46 +265,14 @@ std::optional<std::string> store_within_process(const GlobalOptions& global) {
 
 // Workers in separate processes contend only on a store that spans processes: on local:// each
 // would get a store of its own. The store's name where it does not, else nothing. Asked in a
-// child process: the workers are forked from this one afterwards, and a closed Client may leave
-// threads of its store's library behind (gRPC's, for etcd://), whose locks a forked copy would
-// find held (3 of 8 workers hung). When the child cannot tell, this process asks, so that an
-// error is reported as opening a client reports it.
+// child process (store_probe.hpp): the workers are forked from this one afterwards. When the
+// child cannot tell, this process asks, so that an error is reported as opening a client
+// reports it.
 std::optional<std::string> in_process_store(const GlobalOptions& global) {
-  std::fflush(nullptr);  // or the child would write out this process's buffered output again
-  int fds[2];
-  if (::pipe(fds) != 0) return store_within_process(global);
-  const pid_t pid = ::fork();
-  if (pid < 0) {
-    ::close(fds[0]);
-    ::close(fds[1]);
-    return store_within_process(global);
-  }
-  if (pid == 0) {
-    ::close(fds[0]);
-    try {
-      const auto store = store_within_process(global);
-      const std::string answer = store ? "1" + *store : "0";
-      const bool sent = ::write(fds[1], answer.data(), answer.size()) == static_cast<ssize_t>(answer.size());
-      ::_exit(sent ? 0 : 1);
-    } catch (...) {
-      ::_exit(1);
-    }
-  }
-  ::close(fds[1]);
-  std::string answer;
-  char buffer[256];
-  for (ssize_t n; (n = ::read(fds[0], buffer, sizeof buffer)) != 0;) {
-    if (n < 0 && errno == EINTR) continue;
-    if (n < 0) break;
-    answer.append(buffer, static_cast<std::size_t>(n));
-  }
-  ::close(fds[0]);
-  int status = 0;
-  while (::waitpid(pid, &status, 0) < 0 && errno == EINTR) {
-  }
-  if (!WIFEXITED(status) || WEXITSTATUS(status) != 0 || answer.empty()) return store_within_process(global);
-  if (answer == "0") return std::nullopt;
-  return answer.substr(1);
+  const auto store = store_traits_in_child(global);
+  if (!store) return store_within_process(global);
+  if (store->capabilities.spans_processes) return std::nullopt;
+  return store->name;
 }
 
 struct Flags {
@@ -370,9 +340,10 @@ int run_from_flags(const GlobalOptions& global, const Flags& f, bool clients_giv
   }
   if (!a.threads && a.clients > 1) {
     if (const auto store = in_process_store(global)) {
-      return usage_error(fmt::format(
-          "{}:// locks live in one process: separate processes would each have a store of their own; add --threads",
-          *store));
+      return usage_error(
+          fmt::format("{}:// locks live in one process: separate processes would each have a store of their "
+                      "own; add --threads",
+                      *store));
     }
   }
   return run_bench(global, a);  // main reports what it throws
@@ -382,8 +353,8 @@ int run_from_flags(const GlobalOptions& global, const Flags& f, bool clients_giv
 
 void add_bench_command(CLI::App& app, const GlobalOptions& global, int& exit_code) {
   auto flags = std::make_shared<Flags>();
-  CLI::App* cmd = app.add_subcommand(
-      "bench", "Measure throughput and latency of a workload; prints one JSON line");
+  CLI::App* cmd =
+      app.add_subcommand("bench", "Measure throughput and latency of a workload; prints one JSON line");
   cmd->add_option("--workload", flags->workload, "ping, uncontended, distinct or contended")
       ->required()
       ->check(CLI::IsMember({"ping", "uncontended", "distinct", "contended"}));
@@ -402,8 +373,9 @@ void add_bench_command(CLI::App& app, const GlobalOptions& global, int& exit_cod
   cmd->add_option("--key-prefix", flags->key_prefix, "prefix of the keys locked (default dlock-bench/PID/)");
   cmd->add_option("--keys", flags->keys, "keys each cycle locks, as one multi-key lock (default 1)")
       ->check(CLI::Range(1, 64));
-  cmd->add_flag("--one-by-one", flags->one_by_one,
-                "with --keys: lock them as separate mutexes one after another, the multi-key lock's yardstick");
+  cmd->add_flag(
+      "--one-by-one", flags->one_by_one,
+      "with --keys: lock them as separate mutexes one after another, the multi-key lock's yardstick");
   cmd->add_option("--readers", flags->readers,
                   "contended: this many of the clients take the key shared (a read-write lock's readers), "
                   "the others exclusive")

@@ -558,6 +558,11 @@ class KeeperCliTest : public CliTest {
     if (url == nullptr || *url == '\0') return {};
     return std::string(url) + "/cli_test";
   }
+  static std::string etcd_url() {
+    const char* url = std::getenv("DLOCK_ETCD_URL");  // NOLINT(concurrency-mt-unsafe)
+    if (url == nullptr || *url == '\0') return {};
+    return std::string(url) + "/cli_test";
+  }
 
   Result on(const std::string& url, std::vector<std::string> args) const {
     return start(std::move(args), url)->wait(30s);
@@ -684,6 +689,12 @@ TEST_F(KeeperCliTest, LockDelayLastsUntilTheOwnerReleases_Zookeeper) {
   lock_delay_lasts_until_the_owner_releases(url);
 }
 
+TEST_F(KeeperCliTest, LockDelayLastsUntilTheOwnerReleases_Etcd) {
+  const std::string url = etcd_url();
+  if (url.empty()) GTEST_SKIP() << "DLOCK_ETCD_URL is not set (scripts/test.sh sets it)";
+  lock_delay_lasts_until_the_owner_releases(url);
+}
+
 TEST_F(KeeperCliTest, KeeperHoldsTheLockUntilReleased_MysqlSession) {
   const std::string url = mysql_session_url();
   if (url.empty()) GTEST_SKIP() << "DLOCK_MYSQL_URL is not set (scripts/test.sh sets it)";
@@ -702,6 +713,12 @@ TEST_F(KeeperCliTest, KeeperHoldsTheLockUntilReleased_Zookeeper) {
   keeper_holds_until_released(url);
 }
 
+TEST_F(KeeperCliTest, KeeperHoldsTheLockUntilReleased_Etcd) {
+  const std::string url = etcd_url();
+  if (url.empty()) GTEST_SKIP() << "DLOCK_ETCD_URL is not set (scripts/test.sh sets it)";
+  keeper_holds_until_released(url);
+}
+
 TEST_F(KeeperCliTest, ReentryOutlastsTheFirstTtl_MysqlSession) {
   const std::string url = mysql_session_url();
   if (url.empty()) GTEST_SKIP() << "DLOCK_MYSQL_URL is not set (scripts/test.sh sets it)";
@@ -717,6 +734,12 @@ TEST_F(KeeperCliTest, ReentryOutlastsTheFirstTtl_PostgresSession) {
 TEST_F(KeeperCliTest, ReentryOutlastsTheFirstTtl_Zookeeper) {
   const std::string url = zookeeper_url();
   if (url.empty()) GTEST_SKIP() << "DLOCK_ZOOKEEPER_URL is not set (scripts/test.sh sets it)";
+  reentry_outlasts_the_first_ttl(url);
+}
+
+TEST_F(KeeperCliTest, ReentryOutlastsTheFirstTtl_Etcd) {
+  const std::string url = etcd_url();
+  if (url.empty()) GTEST_SKIP() << "DLOCK_ETCD_URL is not set (scripts/test.sh sets it)";
   reentry_outlasts_the_first_ttl(url);
 }
 

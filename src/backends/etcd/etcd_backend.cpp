@@ -20,6 +20,7 @@
 #include <utility>
 #include <vector>
 
+#include "backends/etcd/activity.hpp"
 #include "backends/etcd/admin.hpp"
 #include "backends/etcd/connection.hpp"
 #include "backends/etcd/held_nodes.hpp"
@@ -183,6 +184,8 @@ class EtcdBackend final : public backend::Backend {
     return true;
   }
 
+  backend::ActivityLedger* activity() noexcept override { return &activity_; }
+
   void ping() override {
     pb::RangeRequest request;
     request.set_key(root_);
@@ -340,6 +343,7 @@ class EtcdBackend final : public backend::Backend {
   std::mutex mutex_;  // guards session_; never held while waiting for an answer
   std::shared_ptr<Session> session_;
   Repairs repairs_{connection_};
+  ActivityKey activity_{connection_, root_};
   Watches watches_{connection_};
   HeldNodes held_{watches_, [this](std::function<void()> notice) {
                     std::shared_ptr<Session> s;

@@ -1,28 +1,11 @@
 #include "backends/zookeeper/activity.hpp"
 
-#include <sstream>
-
+#include "backends/activity_text.hpp"
 #include "backends/zookeeper/errors.hpp"
 #include "backends/zookeeper/nodes.hpp"
 #include "dlock/errors.hpp"
 
 namespace dlock::backends::zookeeper {
-namespace {
-
-// The node's data: the six counters, space-separated, in Activity's order.
-std::string activity_text(const Activity& a) {
-  return std::to_string(a.acquisitions) + " " + std::to_string(a.conflicts) + " " + std::to_string(a.waits) + " " +
-         std::to_string(a.wait_us) + " " + std::to_string(a.renewals) + " " + std::to_string(a.losses);
-}
-
-Activity parse_activity(const std::string& text) {
-  Activity a;
-  std::istringstream in(text);
-  in >> a.acquisitions >> a.conflicts >> a.waits >> a.wait_us >> a.renewals >> a.losses;
-  return in ? a : Activity{};
-}
-
-}  // namespace
 
 void ActivityNode::add(const Activity& delta) {
   auto s = session_();
