@@ -64,6 +64,7 @@ class EtcdBackend final : public backend::Backend {
       : connection_(std::make_shared<Connection>(settings)), root_(settings.root) {}
 
   ~EtcdBackend() override {
+    held_.stop_arming();
     watches_.close();  // no watch reaches held_ or a session from now on
     std::shared_ptr<Session> session;
     {
@@ -243,7 +244,7 @@ class EtcdBackend final : public backend::Backend {
     const auto token = static_cast<std::uint64_t>(node.create_revision());
     const backend::LeaseRef lease{request.key, request.owner, token};
     held_.remember(lease, node, value);
-    held_.arm(lease, revision + 1);
+    held_.arm_later(lease, revision + 1);
     return backend::Acquired{token, 1, std::nullopt, value.ttl};
   }
 
@@ -390,7 +391,7 @@ class QueueWaiter final : public backend::Waiter {
       Queue queue;
       if (!node_.empty()) {
         // The nodes up to this call's own: the holders, and those it waits for.
-        queue = read_queue(backend_.connection(), backend_.root(), key_, 0, created_);
+        queue = read_queue_ahead(backend_.connection(), backend_.root(), key_, created_);
         if (queue.nodes.empty() || queue.nodes.back().key() != node_) node_.clear();  // gone with its lease
       }
       if (node_.empty()) {

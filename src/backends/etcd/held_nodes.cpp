@@ -3,13 +3,56 @@
 #include <utility>
 #include <vector>
 
+#include "core/signal_free_thread.hpp"
+
 namespace dlock::backends::etcd {
 
 HeldNodes::HeldNodes(Watches& watches, std::function<void(std::function<void()>)> before_notice)
     : watches_(watches), before_notice_(std::move(before_notice)) {}
 
 HeldNodes::~HeldNodes() {
+  stop_arming();
   for (const auto& [id, handle] : watching_) watches_.cancel(handle);
+}
+
+void HeldNodes::stop_arming() {
+  {
+    std::lock_guard lock(arming_mutex_);
+    arming_stopped_ = true;
+    due_.clear();
+  }
+  arming_cv_.notify_all();
+  if (arming_.joinable()) arming_.join();
+}
+
+void HeldNodes::arm_later(const backend::LeaseRef& lease, std::int64_t revision) {
+  {
+    std::lock_guard lock(arming_mutex_);
+    if (arming_stopped_) return;
+    due_.emplace(Clock::now() + kArmLater, std::make_pair(id(lease), revision));
+    if (!arming_.joinable()) arming_ = core::signal_free_thread([this] { run_arming(); });
+  }
+  arming_cv_.notify_all();
+}
+
+void HeldNodes::run_arming() {
+  std::unique_lock lock(arming_mutex_);
+  while (!arming_stopped_) {
+    if (due_.empty()) {
+      arming_cv_.wait(lock);
+      continue;
+    }
+    const auto next = due_.begin();
+    if (const Clock::time_point when = next->first; Clock::now() < when) {
+      arming_cv_.wait_until(lock, when);  // a copy: the entry may go while this waits
+      continue;
+    }
+    const auto [held, revision] = next->second;
+    due_.erase(next);
+    lock.unlock();
+    arm(held, revision);  // nothing when it was forgotten meanwhile
+    lock.lock();
+  }
 }
 
 std::optional<Place> HeldNodes::find(const backend::LeaseRef& lease) const {
@@ -46,8 +89,9 @@ void HeldNodes::forget(const backend::LeaseRef& lease) {
   if (handle) watches_.cancel(*handle);
 }
 
-void HeldNodes::arm(const backend::LeaseRef& lease, std::int64_t revision) {
-  const Id held = id(lease);
+void HeldNodes::arm(const backend::LeaseRef& lease, std::int64_t revision) { arm(id(lease), revision); }
+
+void HeldNodes::arm(const Id& held, std::int64_t revision) {
   std::string node;
   {
     std::lock_guard lock(mutex_);

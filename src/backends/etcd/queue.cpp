@@ -102,6 +102,14 @@ Queue read_queue(Connection& c, const std::string& root, std::string_view key, s
   return queue_of(range, range.header().revision());
 }
 
+Queue read_queue_ahead(Connection& c, const std::string& root, std::string_view key, std::int64_t created) {
+  auto request = queue_request(key_dir(root, key), 0, created);
+  request.set_serializable(true);
+  const auto range = c.range(request, "read the queue", key);
+  if (range.header().revision() < created) return read_queue(c, root, key, 0, created);
+  return queue_of(range, range.header().revision());
+}
+
 Take take_if_free(Connection& c, Repairs* repairs, const std::string& root, std::string_view key,
                   const std::string& node, const NodeValue& value, std::int64_t lease) {
   const std::string dir = key_dir(root, key);

@@ -33,6 +33,13 @@ struct Queue {
 Queue read_queue(Connection& c, const std::string& root, std::string_view key, std::int64_t limit = 0,
                  std::int64_t max_create = 0);
 
+// The nodes of a waiter's queue up to its own, created at `created`, as the member this client
+// talks to has them (a serializable read: no round of consensus, so it does not wait behind
+// the writes in flight, such as the releaser's next join). As good as a linearizable read here:
+// a snapshot at or after `created` has every node ahead, and nodes ahead only ever go. A member
+// that has not applied `created` yet is asked again, linearizably.
+Queue read_queue_ahead(Connection& c, const std::string& root, std::string_view key, std::int64_t created);
+
 // Puts `node` under `lease` if the key has no node at all: the try-once exclusive acquire, which
 // never leaves a node behind. Taken: the node's create revision; else the whole queue.
 struct Take {
