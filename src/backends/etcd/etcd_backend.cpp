@@ -44,17 +44,34 @@ constexpr const char* kLeaseGone = "etcd no longer had its lease when a request 
 // How many times a call starts over when the queue changed under it before giving up.
 constexpr int kAttempts = 100;
 
-// Wakes one waiting call: the node before its own went, or the watch stream broke.
+// Wakes one waiting call: a node it awaits went, or the watch stream broke. Each round of
+// watches has a generation of its own, so that a watch cancelled from an earlier round that
+// fires late is not taken for one of the current round.
 struct Signal {
   std::mutex mutex;
   std::condition_variable cv;
   bool fired = false;
-  void fire() {
+  std::uint64_t generation = 0;
+  std::optional<std::int64_t> deleted_at;  // the revision of the deletion that fired this round
+  void fire(std::uint64_t round, std::optional<std::int64_t> deleted) {
     {
       std::lock_guard lock(mutex);
+      if (round != generation) return;
       fired = true;
+      if (deleted) deleted_at = deleted;
     }
     cv.notify_all();
+  }
+  // A new round: what fired before is forgotten.
+  std::uint64_t next_round() {
+    std::lock_guard lock(mutex);
+    fired = false;
+    deleted_at.reset();
+    return ++generation;
+  }
+  std::optional<std::int64_t> deletion() {
+    std::lock_guard lock(mutex);
+    return deleted_at;
   }
 };
 
@@ -239,13 +256,15 @@ class EtcdBackend final : public backend::Backend {
   }
 
   // The caller's node holds: the lease's now, watched for a force-release.
+  // `sent`: when the request was sent that the grant rests on, if before this attempt.
   backend::Acquired granted(const backend::AcquireRequest& request, const pb::KeyValue& node,
-                            const NodeValue& value, std::int64_t revision) {
+                            const NodeValue& value, std::int64_t revision,
+                            std::optional<std::chrono::steady_clock::time_point> sent = std::nullopt) {
     const auto token = static_cast<std::uint64_t>(node.create_revision());
     const backend::LeaseRef lease{request.key, request.owner, token};
     held_.remember(lease, node, value);
     held_.arm_later(lease, revision + 1);
-    return backend::Acquired{token, 1, std::nullopt, value.ttl};
+    return backend::Acquired{token, 1, sent, value.ttl};
   }
 
  private:
@@ -386,6 +405,7 @@ class QueueWaiter final : public backend::Waiter {
   backend::AcquireResult attempt() override {
     backend_.make_repairs();
     const backend::AcquireRequest request{key_, owner_, ttl_, mode_, permits_, /*waiting=*/true};
+    if (auto taken = take_over(request)) return *taken;
     for (int attempt = 0; attempt < kAttempts; ++attempt) {
       cancel_watches();
       Queue queue;
@@ -397,9 +417,9 @@ class QueueWaiter final : public backend::Waiter {
       if (node_.empty()) {
         session_ = backend_.session();
         node_ = new_node(backend_.root(), key_, session_->id());
-        const NodeValue value{owner_, 1, session_->ttl(), false, mode_, permits_};
+        value_ = NodeValue{owner_, 1, session_->ttl(), false, mode_, permits_};
         try {
-          queue = join_queue(backend_.connection(), backend_.repairs(), backend_.root(), key_, node_, value,
+          queue = join_queue(backend_.connection(), backend_.repairs(), backend_.root(), key_, node_, value_,
                              session_->id());
         } catch (const LeaseGone&) {
           node_.clear();
@@ -422,13 +442,9 @@ class QueueWaiter final : public backend::Waiter {
         node_.clear();  // the lease's now, or deleted by the re-entry
         return *result;
       }
-      // Busy: wait for the nodes it awaits (a node behind never holds first); a change after the
-      // read wakes it.
-      for (const std::size_t i : awaited(line, own)) {
-        watches_.push_back(backend_.watches().watch(line.nodes[i].key(), queue.revision + 1,
-                                                    /*any_change=*/false,
-                                                    [signal = signal_] { signal->fire(); }));
-      }
+      // Busy: wait for the nodes it awaits (a node behind never holds first).
+      if (!watch_awaited(line, own, queue.revision)) continue;  // one went meanwhile: look again
+      sole_ahead_ = own == 1;
       return *result;
     }
     throw BackendError("'" + key_ + "' kept changing while waiting", kName, key_, true);
@@ -444,6 +460,61 @@ class QueueWaiter final : public backend::Waiter {
   void cancel_watches() {
     for (const auto handle : watches_) backend_.watches().cancel(handle);
     watches_.clear();
+    round_ = signal_->next_round();
+    sole_ahead_ = false;
+  }
+
+  // Watches the nodes a waiter at `own` awaits for their deletion after the read at `revision`.
+  // The watches start from the cluster's revision when they are made, so that their events come
+  // at once (a watch from the past waits for the cluster's catch-up loop, up to 100 ms), and a
+  // node deleted between the read and the watch is looked for. False when one is gone.
+  bool watch_awaited(const Line& line, std::size_t own, std::int64_t revision) {
+    const auto nodes = awaited(line, own);
+    for (const std::size_t i : nodes) {
+      watches_.push_back(
+          backend_.watches().watch(line.nodes[i].key(), 0, /*any_change=*/false,
+                                   [signal = signal_, round = round_](std::optional<std::int64_t> deleted) {
+                                     signal->fire(round, deleted);
+                                   }));
+    }
+    const auto deadline = std::chrono::steady_clock::now() + backend_.connection().settings().connect_timeout;
+    for (std::size_t n = 0; n < nodes.size(); ++n) {
+      const auto created = backend_.watches().created_at(watches_[n], deadline);
+      if (!created) return true;  // fired or broken: the signal says so
+      if (*created > revision &&
+          !node_there(backend_.connection(), line.nodes[nodes[n]].key(), key_, *created)) {
+        return false;
+      }
+    }
+    return true;
+  }
+
+  // The handoff on a deletion, without reading the queue: nodes ahead only ever go (a later node
+  // is created later), so when the one node ahead of this call's own was deleted, its node is
+  // first; an exclusive waiter further back learns it is first from one count of the nodes older
+  // than its own. Its node lives as long as its session's lease, which nothing else deletes while
+  // it waits: the hold is trusted from the last confirmation of that lease (Acquired::sent).
+  // Nothing when that is not known, and the caller reads the queue.
+  std::optional<backend::AcquireResult> take_over(const backend::AcquireRequest& request) {
+    if (node_.empty() || session_->over()) return std::nullopt;
+    const auto deleted_at = signal_->deletion();
+    if (!deleted_at) return std::nullopt;
+    const auto trusted_since = session_->trusted_since();
+    std::int64_t revision = *deleted_at;
+    if (!sole_ahead_) {
+      if (mode_ != LockMode::exclusive) return std::nullopt;
+      const auto first = first_in_line(backend_.connection(), backend_.root(), key_, created_);
+      if (!first) return std::nullopt;
+      revision = *first;
+    }
+    cancel_watches();
+    pb::KeyValue own;
+    own.set_key(node_);
+    own.set_create_revision(created_);
+    own.set_mod_revision(created_);  // a waiter's node is never written after its creation
+    own.set_value(to_value(value_));
+    node_.clear();  // the lease's now
+    return backend_.granted(request, own, value_, revision, trusted_since);
   }
 
   EtcdBackend& backend_;
@@ -455,8 +526,11 @@ class QueueWaiter final : public backend::Waiter {
   std::shared_ptr<Session> session_;  // the lease its node lives under
   std::string node_;                  // its node, while it waits
   std::int64_t created_ = 0;          // that node's create revision
+  NodeValue value_;                   // what it holds
   std::vector<Watches::Handle> watches_;
+  bool sole_ahead_ = false;  // the watches are on the one node ahead of its own
   const std::shared_ptr<Signal> signal_ = std::make_shared<Signal>();
+  std::uint64_t round_ = 0;  // the generation of the current watches
 };
 
 std::unique_ptr<backend::Waiter> EtcdBackend::waiter(const backend::AcquireRequest& request) {

@@ -100,7 +100,8 @@ void HeldNodes::arm(const Id& held, std::int64_t revision) {
     it->second.watched = true;
     node = it->second.node.key();
   }
-  const auto handle = watches_.watch(node, revision, /*any_change=*/true, [this, held] { changed(held); });
+  const auto handle = watches_.watch(node, revision, /*any_change=*/true,
+                                     [this, held](std::optional<std::int64_t>) { changed(held); });
   std::optional<Watches::Handle> stale;
   {
     std::lock_guard lock(mutex_);

@@ -197,6 +197,34 @@ std::optional<pb::KeyValue> read_created(Connection& c, const std::string& root,
   return range.kvs(0);
 }
 
+std::optional<std::int64_t> first_in_line(Connection& c, const std::string& root, std::string_view key,
+                                          std::int64_t created) {
+  // Not count_only: etcd counts a range before it filters by revision.
+  auto request = queue_request(key_dir(root, key), 1, created - 1);
+  request.set_keys_only(true);
+  request.set_serializable(true);
+  auto range = c.range(request, "read the queue", key);
+  if (range.header().revision() < created) {
+    request.set_serializable(false);
+    range = c.range(request, "read the queue", key);
+  }
+  if (range.kvs_size() != 0) return std::nullopt;
+  return range.header().revision();
+}
+
+bool node_there(Connection& c, const std::string& node, std::string_view key, std::int64_t revision) {
+  pb::RangeRequest request;
+  request.set_key(node);
+  request.set_count_only(true);
+  request.set_serializable(true);
+  auto range = c.range(request, "read the queue", key);
+  if (range.header().revision() < revision) {
+    request.set_serializable(false);
+    range = c.range(request, "read the queue", key);
+  }
+  return range.count() > 0;
+}
+
 std::optional<pb::KeyValue> read_node(Connection& c, const std::string& node, std::string_view key,
                                       std::int64_t* revision) {
   pb::RangeRequest request;

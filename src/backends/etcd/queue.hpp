@@ -80,6 +80,15 @@ bool mark_evicted(Connection& c, const pb::KeyValue& node, const NodeValue& valu
 std::optional<pb::KeyValue> read_created(Connection& c, const std::string& root, std::string_view key,
                                          std::int64_t created, std::int64_t* revision = nullptr);
 
+// Whether no node created before `created` is left in the key's queue: the revision of the read
+// that found so, or nothing. One read of at most one node's name, as read_queue_ahead() reads.
+std::optional<std::int64_t> first_in_line(Connection& c, const std::string& root, std::string_view key,
+                                          std::int64_t created);
+
+// Whether `node` is there in a snapshot at or after `revision`: read from the member this client
+// talks to (serializable), linearizably if that member has not reached `revision`.
+bool node_there(Connection& c, const std::string& node, std::string_view key, std::int64_t revision);
+
 // One node, if it is there.
 std::optional<pb::KeyValue> read_node(Connection& c, const std::string& node, std::string_view key,
                                       std::int64_t* revision = nullptr);

@@ -18,6 +18,7 @@ constexpr milliseconds kRetryPause{100};
 
 Session::Session(std::shared_ptr<Connection> connection, std::function<void(const std::string&)> on_lost)
     : connection_(std::move(connection)), on_lost_(std::move(on_lost)) {
+  trusted_since_ = Clock::now();
   const auto granted = connection_->grant(connection_->settings().ttl);
   id_ = granted.id();
   ttl_ = std::chrono::seconds(granted.ttl());
@@ -39,6 +40,11 @@ Session::~Session() {
 bool Session::over() const {
   std::lock_guard lock(mutex_);
   return over_;
+}
+
+Clock::time_point Session::trusted_since() const {
+  std::lock_guard lock(mutex_);
+  return trusted_since_;
 }
 
 void Session::keep_alive_then(std::function<void()> then) {
@@ -63,8 +69,8 @@ void Session::end(const std::string& why) {
 }
 
 void Session::run(std::stop_token stop) {
-  // The lease was granted (answered) no earlier than now: trusted for a TTL from here.
-  auto last_answered = Clock::now();
+  // Trusted for a TTL from the grant's sending.
+  auto last_answered = trusted_since();
   auto next = last_answered + ttl_ / 3;
   std::vector<std::function<void()>> then;
   while (!stop.stop_requested()) {
@@ -81,6 +87,10 @@ void Session::run(std::stop_token stop) {
     then.clear();
     if (left && *left > 0) {
       last_answered = sent;
+      {
+        std::lock_guard lock(mutex_);
+        trusted_since_ = sent;
+      }
       next = sent + ttl_ / 3;
     } else if (left) {
       end("its etcd lease " + std::to_string(id_) +

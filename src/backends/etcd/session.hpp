@@ -39,6 +39,9 @@ class Session {
   std::chrono::milliseconds ttl() const { return ttl_; }
   // The loss was reported: nothing may be made under this lease any more.
   bool over() const;
+  // When the request was sent whose answer last confirmed the lease (the grant, or the last
+  // keep-alive answered): the cluster keeps it at least a TTL from then.
+  std::chrono::steady_clock::time_point trusted_since() const;
   // Sends a keep-alive now and then calls `then` (on the session's thread), whether it was
   // answered or not: an evicted holder refreshes its lease before it acts on the eviction, so
   // its lock delay runs a whole TTL from then (the TTL that holder reports say).
@@ -56,6 +59,7 @@ class Session {
   mutable std::mutex mutex_;
   std::condition_variable_any wake_;
   bool over_ = false;
+  std::chrono::steady_clock::time_point trusted_since_;
   std::vector<std::function<void()>> after_keep_alive_;
   std::jthread thread_;  // last: started when everything it uses is ready
 };

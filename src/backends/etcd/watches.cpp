@@ -57,6 +57,20 @@ Watches::Handle Watches::watch(const std::string& key, std::int64_t revision, bo
   return handle;
 }
 
+std::optional<std::int64_t> Watches::created_at(Handle handle,
+                                                std::chrono::steady_clock::time_point deadline) {
+  std::unique_lock lock(mutex_);
+  std::optional<std::int64_t> revision;
+  created_.wait_until(lock, deadline, [&] {
+    const auto it = entries_.find(handle);
+    if (it == entries_.end()) return true;  // fired, cancelled, or the stream ended
+    if (it->second.watch_id < 0) return false;
+    revision = it->second.created_at;
+    return true;
+  });
+  return revision;
+}
+
 void Watches::cancel(Handle handle) {
   std::lock_guard lock(mutex_);
   const auto it = entries_.find(handle);
@@ -78,6 +92,7 @@ void Watches::read(grpc::ClientReaderWriter<pb::WatchRequest, pb::WatchResponse>
   pb::WatchResponse response;
   while (stream->Read(&response)) {
     Callback fired;
+    std::optional<std::int64_t> deleted_at;
     {
       std::lock_guard lock(mutex_);
       const std::int64_t id = response.watch_id();
@@ -90,7 +105,9 @@ void Watches::read(grpc::ClientReaderWriter<pb::WatchRequest, pb::WatchResponse>
           send_cancel_locked(id);
         } else {
           it->second.watch_id = id;
+          it->second.created_at = response.header().revision();
           by_id_[id] = handle;
+          created_.notify_all();
         }
         if (!response.canceled()) continue;
       }
@@ -104,9 +121,12 @@ void Watches::read(grpc::ClientReaderWriter<pb::WatchRequest, pb::WatchResponse>
       if (entry == entries_.end()) continue;
       fired = std::move(entry->second.callback);
       entries_.erase(entry);
+      if (!response.canceled() && response.events(0).type() == pb::Event::DELETE) {
+        deleted_at = response.events(0).kv().mod_revision();
+      }
       if (!response.canceled()) send_cancel_locked(id);
     }
-    if (fired) fired();
+    if (fired) fired(deleted_at);
   }
   stream->Finish();
   std::map<Handle, Entry> ended;
@@ -115,7 +135,8 @@ void Watches::read(grpc::ClientReaderWriter<pb::WatchRequest, pb::WatchResponse>
     broken_ = true;
     ended.swap(entries_);
   }
-  for (auto& [handle, entry] : ended) entry.callback();
+  created_.notify_all();
+  for (auto& [handle, entry] : ended) entry.callback(std::nullopt);
 }
 
 }  // namespace dlock::backends::etcd
