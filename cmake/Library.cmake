@@ -59,6 +59,7 @@ add_library(dlock_objects OBJECT
   src/core/log.cpp
   src/core/owner.cpp
   src/core/renewal.cpp
+  src/core/percent.cpp
   src/core/url.cpp
   src/core/validate.cpp
   src/core/version.cpp

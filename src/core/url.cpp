@@ -4,6 +4,7 @@
 #include <cctype>
 #include <charconv>
 
+#include "core/percent.hpp"
 #include "dlock/client.hpp"
 #include "dlock/errors.hpp"
 
@@ -16,29 +17,11 @@ namespace {
                            "e.g. sqlite:///var/tmp/locks.db or local://)");
 }
 
-int hex_value(char c) {
-  if (c >= '0' && c <= '9') return c - '0';
-  if (c >= 'a' && c <= 'f') return c - 'a' + 10;
-  if (c >= 'A' && c <= 'F') return c - 'A' + 10;
-  return -1;
-}
-
-std::string percent_decode(std::string_view in, std::string_view shown) {
-  std::string out;
-  out.reserve(in.size());
-  for (std::size_t i = 0; i < in.size(); ++i) {
-    if (in[i] != '%') {
-      out += in[i];
-      continue;
-    }
-    if (i + 2 >= in.size()) bad_url(shown, "a '%' escape is cut short");
-    const int hi = hex_value(in[i + 1]);
-    const int lo = hex_value(in[i + 2]);
-    if (hi < 0 || lo < 0) bad_url(shown, "'%' must be followed by two hex digits");
-    out += static_cast<char>(hi * 16 + lo);
-    i += 2;
-  }
-  return out;
+// `in` percent-decoded, or the URL refused.
+std::string decoded(std::string_view in, std::string_view shown) {
+  auto out = percent_decode(in);
+  if (!out) bad_url(shown, "a '%' must be followed by two hex digits");
+  return std::move(*out);
 }
 
 bool is_redis_scheme(std::string_view scheme) {
@@ -69,7 +52,7 @@ Url Url::parse(std::string_view text) {
   std::string_view authority = rest;
   if (const auto slash = rest.find('/'); slash != std::string_view::npos) {
     authority = rest.substr(0, slash);
-    url.path = percent_decode(rest.substr(slash), shown);
+    url.path = decoded(rest.substr(slash), shown);
   }
   if (const auto at = authority.rfind('@'); at != std::string_view::npos) {
     const std::string_view userinfo = authority.substr(0, at);
@@ -77,10 +60,10 @@ Url Url::parse(std::string_view text) {
     const auto colon = userinfo.find(':');
     if (colon == std::string_view::npos && is_redis_scheme(url.scheme)) {
       // Redis's convention (redis-cli -u, Jedis, redis-py): a lone userinfo is the password.
-      url.password = percent_decode(userinfo, shown);
+      url.password = decoded(userinfo, shown);
     } else {
-      url.user = percent_decode(userinfo.substr(0, colon), shown);
-      if (colon != std::string_view::npos) url.password = percent_decode(userinfo.substr(colon + 1), shown);
+      url.user = decoded(userinfo.substr(0, colon), shown);
+      if (colon != std::string_view::npos) url.password = decoded(userinfo.substr(colon + 1), shown);
     }
   }
   // A host list (redlock://h1:1,h2:2) keeps its ports inside `host`; backends split it.
@@ -100,7 +83,7 @@ Url Url::parse(std::string_view text) {
       authority = authority.substr(0, colon);
     }
   }
-  url.host = percent_decode(authority, shown);
+  url.host = decoded(authority, shown);
   if (!port.empty()) {
     unsigned value = 0;
     const auto [end, ec] = std::from_chars(port.data(), port.data() + port.size(), value);
@@ -116,11 +99,11 @@ Url Url::parse(std::string_view text) {
     if (item.empty()) continue;
     const auto eq = item.find('=');
     if (eq == std::string_view::npos || eq == 0) bad_url(shown, "options must be name=value");
-    std::string name = percent_decode(item.substr(0, eq), shown);
+    std::string name = decoded(item.substr(0, eq), shown);
     if (std::any_of(url.query.begin(), url.query.end(), [&](const auto& kv) { return kv.first == name; })) {
       bad_url(shown, "option '" + name + "' is given twice");
     }
-    url.query.emplace_back(std::move(name), percent_decode(item.substr(eq + 1), shown));
+    url.query.emplace_back(std::move(name), decoded(item.substr(eq + 1), shown));
   }
   return url;
 }
@@ -169,8 +152,7 @@ std::optional<bool> UrlOptions::take_bool(std::string_view name) {
   if (!value) return std::nullopt;
   if (*value == "true" || *value == "1" || *value == "on") return true;
   if (*value == "false" || *value == "0" || *value == "off") return false;
-  throw ConfigurationError("URL option " + std::string(name) + "='" + *value +
-                               "' must be true or false",
+  throw ConfigurationError("URL option " + std::string(name) + "='" + *value + "' must be true or false",
                            url_.scheme);
 }
 

@@ -2,11 +2,24 @@
 
 #include <gtest/gtest.h>
 
+#include "core/percent.hpp"
 #include "dlock/errors.hpp"
 
 using dlock::ConfigurationError;
+using dlock::core::HexDigits;
+using dlock::core::percent_decode;
 using dlock::core::Url;
 using dlock::core::UrlOptions;
+
+TEST(PercentDecode, EscapesOfEitherCaseOrOnlyUpperCase) {
+  EXPECT_EQ(percent_decode("a%2Fb%25c"), "a/b%c");
+  EXPECT_EQ(percent_decode("%2f"), "/");
+  EXPECT_FALSE(percent_decode("%2f", HexDigits::upper)) << "the stores write upper-case escapes only";
+  EXPECT_EQ(percent_decode("%E2%9C%93", HexDigits::upper), "\xE2\x9C\x93");
+  EXPECT_FALSE(percent_decode("%2"));
+  EXPECT_FALSE(percent_decode("%zz"));
+  EXPECT_EQ(percent_decode(""), "");
+}
 
 TEST(Url, ParsesEveryPart) {
   const auto url = Url::parse("MySQL://app:s%40cret@db.example:3307/locks?table=dlock_lease&connect_timeout=2s");

@@ -5,14 +5,10 @@
 #include <random>
 #include <vector>
 
+#include "core/percent.hpp"
+
 namespace dlock::backends::etcd {
 namespace {
-
-int hex_value(char c) {
-  if (c >= '0' && c <= '9') return c - '0';
-  if (c >= 'A' && c <= 'F') return c - 'A' + 10;
-  return -1;
-}
 
 std::string encode_key(std::string_view key) {
   std::string name;
@@ -30,19 +26,8 @@ std::string encode_key(std::string_view key) {
 }
 
 std::optional<std::string> decode_key(std::string_view name) {
-  std::string key;
-  for (std::size_t i = 0; i < name.size(); ++i) {
-    if (name[i] != '%') {
-      key += name[i];
-      continue;
-    }
-    if (i + 2 >= name.size()) return std::nullopt;
-    const int high = hex_value(name[i + 1]), low = hex_value(name[i + 2]);
-    if (high < 0 || low < 0) return std::nullopt;
-    key += static_cast<char>(high * 16 + low);
-    i += 2;
-  }
-  if (key.empty()) return std::nullopt;
+  auto key = core::percent_decode(name, core::HexDigits::upper);
+  if (!key || key->empty()) return std::nullopt;
   return key;
 }
 

@@ -7,6 +7,7 @@
 
 #include "backends/zookeeper/errors.hpp"
 #include "backends/zookeeper/session.hpp"
+#include "core/percent.hpp"
 #include "core/stable_hash.hpp"
 
 namespace dlock::backends::zookeeper {
@@ -15,12 +16,6 @@ namespace {
 bool plain(unsigned char c) {
   return (c >= 'A' && c <= 'Z') || (c >= 'a' && c <= 'z') || (c >= '0' && c <= '9') || c == '_' || c == '~' ||
          c == '-';
-}
-
-int hex_value(char c) {
-  if (c >= '0' && c <= '9') return c - '0';
-  if (c >= 'A' && c <= 'F') return c - 'A' + 10;
-  return -1;
 }
 
 template <class T>
@@ -50,20 +45,11 @@ std::string encode_key(std::string_view key) {
 }
 
 std::optional<std::string> decode_key(std::string_view name) {
-  std::string key;
-  for (std::size_t i = 0; i < name.size(); ++i) {
-    if (name[i] != '%') {
-      if (!plain(static_cast<unsigned char>(name[i]))) return std::nullopt;
-      key += name[i];
-      continue;
-    }
-    if (i + 2 >= name.size()) return std::nullopt;
-    const int high = hex_value(name[i + 1]), low = hex_value(name[i + 2]);
-    if (high < 0 || low < 0) return std::nullopt;
-    key += static_cast<char>(high * 16 + low);
-    i += 2;
+  for (const char c : name) {
+    if (c != '%' && !plain(static_cast<unsigned char>(c))) return std::nullopt;
   }
-  if (key.empty()) return std::nullopt;
+  auto key = core::percent_decode(name, core::HexDigits::upper);
+  if (!key || key->empty()) return std::nullopt;
   return key;
 }
 
@@ -82,7 +68,8 @@ std::string attempt_tag() {
 
 std::string node_prefix(std::string_view tag, std::string_view attempt, LockMode mode,
                         std::uint32_t permits) {
-  const std::string kind = mode == LockMode::exclusive ? std::string("x") : std::string("s").append(std::to_string(permits));
+  const std::string kind =
+      mode == LockMode::exclusive ? std::string("x") : std::string("s").append(std::to_string(permits));
   return std::string(tag) + "-" + std::string(attempt) + "-" + kind + "-";
 }
 
@@ -101,7 +88,8 @@ std::vector<Child> queue_of(const std::vector<std::string>& names) {
     queue.push_back({name, name.substr(0, 16), name.substr(17, 16), *sequence,
                      shared ? LockMode::shared : LockMode::exclusive, *permits});
   }
-  std::sort(queue.begin(), queue.end(), [](const Child& a, const Child& b) { return a.sequence < b.sequence; });
+  std::sort(queue.begin(), queue.end(),
+            [](const Child& a, const Child& b) { return a.sequence < b.sequence; });
   return queue;
 }
 
@@ -156,8 +144,12 @@ std::optional<NodeData> from_data(std::string_view text) {
       (lines[4] != "exclusive" && lines[4] != "shared")) {
     return std::nullopt;
   }
-  return NodeData{std::string(lines[0]), *holds, std::chrono::milliseconds(*timeout), lines[3] == "evicted",
-                  lines[4] == "shared" ? LockMode::shared : LockMode::exclusive, *permits};
+  return NodeData{std::string(lines[0]),
+                  *holds,
+                  std::chrono::milliseconds(*timeout),
+                  lines[3] == "evicted",
+                  lines[4] == "shared" ? LockMode::shared : LockMode::exclusive,
+                  *permits};
 }
 
 void make_root(Session& s, const std::string& root, std::string_view key) {
