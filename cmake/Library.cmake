@@ -186,6 +186,7 @@ if(DLOCK_WITH_ETCD)
     src/backends/etcd/holders.cpp
     src/backends/etcd/nodes.cpp
     src/backends/etcd/queue.cpp
+    src/backends/etcd/queue_waiter.cpp
     src/backends/etcd/repairs.cpp
     src/backends/etcd/session.cpp
     src/backends/etcd/settings.cpp
