@@ -70,6 +70,62 @@ backend::AcquireResult EtcdBackend::acquire(const backend::AcquireRequest& reque
   throw changing(request.key, "acquire");
 }
 
+std::optional<backend::AcquireSetResult> EtcdBackend::acquire_set(
+    std::span<const backend::AcquireRequest> requests) {
+  for (const auto& request : requests) {
+    if (request.mode != LockMode::exclusive || request.owner != requests.front().owner) return std::nullopt;
+  }
+  repairs_.make();
+  std::vector<std::string> keys;
+  for (const auto& request : requests) keys.emplace_back(request.key);
+  for (int attempt = 0; attempt < kAttempts; ++attempt) {
+    const auto s = session();
+    std::vector<std::string> nodes;
+    for (const auto& key : keys) nodes.push_back(new_node(root_, key, s->id()));
+    const NodeValue value = value_of(requests.front(), *s);
+    TakeSet take;
+    try {
+      take = take_set_if_free(*connection_, &repairs_, root_, keys, nodes, value, s->id());
+    } catch (const LeaseGone&) {
+      s->end(kLeaseGone);
+      continue;  // under a new lease
+    }
+    if (take.taken) {
+      std::vector<backend::Acquired> granted_all;
+      for (std::size_t i = 0; i < requests.size(); ++i) {
+        pb::KeyValue made;
+        made.set_key(nodes[i]);
+        made.set_create_revision(*take.taken);
+        made.set_mod_revision(*take.taken);
+        granted_all.push_back(granted(requests[i], made, value, *take.taken));
+      }
+      return granted_all;
+    }
+    for (std::size_t i = 0; i < requests.size(); ++i) {
+      if (take.queues[i].nodes.empty()) continue;
+      const Line line = line_of(keys[i], std::move(take.queues[i].nodes), take.queues[i].count);
+      if (own_hold(line, line.nodes.size(), requests[i])) return std::nullopt;
+      return backend::SetBusy{i, busy(keys[i], line, line.nodes.size())};
+    }
+    // Every key was free by the time it was read: again.
+  }
+  throw changing(keys.front(), "acquire");
+}
+
+std::optional<std::vector<std::optional<std::uint32_t>>> EtcdBackend::release_set(
+    std::span<const backend::LeaseRef> leases) {
+  std::vector<pb::KeyValue> nodes;
+  for (const auto& lease : leases) {
+    const auto place = held_.find(lease);
+    if (!place || place->value.holds != 1 || place->value.evicted) return std::nullopt;
+    nodes.push_back(place->node);
+  }
+  for (const auto& lease : leases) held_.releasing(lease);
+  if (!remove_all_unchanged(*connection_, &repairs_, nodes, leases.front().key)) return std::nullopt;
+  for (const auto& lease : leases) held_.forget(lease);
+  return std::vector<std::optional<std::uint32_t>>(leases.size(), 0u);
+}
+
 bool EtcdBackend::renew(const backend::LeaseRef& lease, std::chrono::milliseconds) {
   std::int64_t revision = 0;
   const auto place = find(lease, &revision);

@@ -130,6 +130,38 @@ Take take_if_free(Connection& c, Repairs* repairs, const std::string& root, std:
   return {std::nullopt, queue_of(response.responses(0).response_range(), response.header().revision())};
 }
 
+TakeSet take_set_if_free(Connection& c, Repairs* repairs, const std::string& root,
+                         const std::vector<std::string>& keys, const std::vector<std::string>& nodes,
+                         const NodeValue& value, std::int64_t lease) {
+  pb::TxnRequest txn;
+  pb::TxnRequest repair;
+  const std::string put_value = to_value(value);
+  for (std::size_t i = 0; i < keys.size(); ++i) {
+    const std::string dir = key_dir(root, keys[i]);
+    auto* empty = txn.add_compare();
+    empty->set_key(dir);
+    empty->set_range_end(prefix_end(dir));
+    empty->set_target(pb::Compare::CREATE);
+    empty->set_result(pb::Compare::EQUAL);
+    empty->set_create_revision(0);
+    put(txn, nodes[i], put_value, lease);
+    *txn.add_failure()->mutable_request_range() = queue_request(dir, 0, 0);
+    // Put together, the nodes are all there or none is.
+    compare_value(repair, nodes[i], put_value);
+    remove(repair, nodes[i]);
+  }
+  const auto response = write(c, repairs, txn, "acquire", keys.front(), [&] { return repair; });
+  TakeSet take;
+  if (response.succeeded()) {
+    take.taken = response.header().revision();
+    return take;
+  }
+  for (const auto& answer : response.responses()) {
+    take.queues.push_back(queue_of(answer.response_range(), response.header().revision()));
+  }
+  return take;
+}
+
 Queue join_queue(Connection& c, Repairs* repairs, const std::string& root, std::string_view key,
                  const std::string& node, const NodeValue& value, std::int64_t lease) {
   pb::TxnRequest txn;
@@ -223,6 +255,16 @@ bool node_there(Connection& c, const std::string& node, std::string_view key, st
     range = c.range(request, "read the queue", key);
   }
   return range.count() > 0;
+}
+
+bool remove_all_unchanged(Connection& c, Repairs* repairs, const std::vector<pb::KeyValue>& nodes,
+                          std::string_view key) {
+  pb::TxnRequest txn;
+  for (const auto& node : nodes) {
+    compare_unchanged(txn, node);
+    remove(txn, node.key());
+  }
+  return write_or_redo(c, repairs, txn, "release", key).succeeded();
 }
 
 std::optional<pb::KeyValue> read_node(Connection& c, const std::string& node, std::string_view key,

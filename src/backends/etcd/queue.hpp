@@ -50,6 +50,18 @@ struct Take {
 Take take_if_free(Connection& c, Repairs* repairs, const std::string& root, std::string_view key,
                   const std::string& node, const NodeValue& value, std::int64_t lease);
 
+// The try-once acquire of a set of keys, all or nothing: puts `nodes[i]` (each holding `value`)
+// in the queue of `keys[i]` under `lease` if no key has a node at all. Taken: the nodes' create
+// revision (one for all); else every key's whole queue, in order. Unanswered, the nodes go if
+// they still hold what was put.
+struct TakeSet {
+  std::optional<std::int64_t> taken;
+  std::vector<Queue> queues;  // when not taken
+};
+TakeSet take_set_if_free(Connection& c, Repairs* repairs, const std::string& root,
+                         const std::vector<std::string>& keys, const std::vector<std::string>& nodes,
+                         const NodeValue& value, std::int64_t lease);
+
 // Puts `node` under `lease` and reads the whole queue: a waiter's place in line. The node's
 // create revision is the queue's revision. Unanswered, the node goes if it still holds what was put.
 Queue join_queue(Connection& c, Repairs* repairs, const std::string& root, std::string_view key,
@@ -88,6 +100,11 @@ std::optional<std::int64_t> first_in_line(Connection& c, const std::string& root
 // Whether `node` is there in a snapshot at or after `revision`: read from the member this client
 // talks to (serializable), linearizably if that member has not reached `revision`.
 bool node_there(Connection& c, const std::string& node, std::string_view key, std::int64_t revision);
+
+// Deletes every node of `nodes`, each if it is still as read (create and mod revisions), in one
+// Txn: false, and nothing deleted, when one changed or went. Unanswered, made later.
+bool remove_all_unchanged(Connection& c, Repairs* repairs, const std::vector<pb::KeyValue>& nodes,
+                          std::string_view key);
 
 // One node, if it is there.
 std::optional<pb::KeyValue> read_node(Connection& c, const std::string& node, std::string_view key,

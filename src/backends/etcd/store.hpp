@@ -10,6 +10,7 @@
 #include <memory>
 #include <mutex>
 #include <optional>
+#include <span>
 #include <string>
 #include <string_view>
 #include <vector>
@@ -42,6 +43,15 @@ class EtcdBackend final : public backend::Backend {
   backend::Capabilities capabilities() const noexcept override;
   backend::AcquireResult acquire(const backend::AcquireRequest& request) override;
   std::unique_ptr<backend::Waiter> waiter(const backend::AcquireRequest& request) override;
+  // A set of exclusive requests of one owner, in one Txn (queue.hpp's take_set_if_free); nothing
+  // (the core goes key by key) for a set with a shared request, or where a busy key is held by
+  // the request's owner (a re-entry reads and writes that hold first).
+  std::optional<backend::AcquireSetResult> acquire_set(
+      std::span<const backend::AcquireRequest> requests) override;
+  // The last hold of every lease in one Txn; nothing (the core goes one by one) where a lease has
+  // more holds, was evicted, is not known to this client, or changed since it last saw it.
+  std::optional<std::vector<std::optional<std::uint32_t>>> release_set(
+      std::span<const backend::LeaseRef> leases) override;
   bool renew(const backend::LeaseRef& lease, std::chrono::milliseconds ttl) override;
   std::optional<std::uint32_t> release(const backend::LeaseRef& lease) override;
   std::vector<LockInfo> inspect(std::string_view key) override;
