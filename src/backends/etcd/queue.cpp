@@ -16,6 +16,17 @@ pb::RangeRequest queue_request(const std::string& dir, std::int64_t limit, std::
   return request;
 }
 
+// The key's directory has no node. Over a range, etcd compares every key in it, and a range with
+// none as one key not there.
+void compare_empty(pb::TxnRequest& txn, const std::string& dir) {
+  auto* empty = txn.add_compare();
+  empty->set_key(dir);
+  empty->set_range_end(prefix_end(dir));
+  empty->set_target(pb::Compare::CREATE);
+  empty->set_result(pb::Compare::EQUAL);
+  empty->set_create_revision(0);
+}
+
 void compare_created(pb::TxnRequest& txn, const std::string& node, std::int64_t created) {
   auto* same = txn.add_compare();
   same->set_key(node);
@@ -114,13 +125,7 @@ Take take_if_free(Connection& c, Repairs* repairs, const std::string& root, std:
                   const std::string& node, const NodeValue& value, std::int64_t lease) {
   const std::string dir = key_dir(root, key);
   pb::TxnRequest txn;
-  // Over a range, etcd compares every key in it, and a range with none as one key not there.
-  auto* empty = txn.add_compare();
-  empty->set_key(dir);
-  empty->set_range_end(prefix_end(dir));
-  empty->set_target(pb::Compare::CREATE);
-  empty->set_result(pb::Compare::EQUAL);
-  empty->set_create_revision(0);
+  compare_empty(txn, dir);
   const std::string put_value = to_value(value);
   put(txn, node, put_value, lease);
   *txn.add_failure()->mutable_request_range() = queue_request(dir, 0, 0);
@@ -138,12 +143,7 @@ TakeSet take_set_if_free(Connection& c, Repairs* repairs, const std::string& roo
   const std::string put_value = to_value(value);
   for (std::size_t i = 0; i < keys.size(); ++i) {
     const std::string dir = key_dir(root, keys[i]);
-    auto* empty = txn.add_compare();
-    empty->set_key(dir);
-    empty->set_range_end(prefix_end(dir));
-    empty->set_target(pb::Compare::CREATE);
-    empty->set_result(pb::Compare::EQUAL);
-    empty->set_create_revision(0);
+    compare_empty(txn, dir);
     put(txn, nodes[i], put_value, lease);
     *txn.add_failure()->mutable_request_range() = queue_request(dir, 0, 0);
     // Put together, the nodes are all there or none is.
