@@ -97,6 +97,17 @@ pb::TxnRequest remove_if_holding(const std::string& node, const std::string& val
   return repair;
 }
 
+// `request` answered by the member this client talks to (serializable), or linearizably when
+// that member has not applied `revision` yet: a snapshot at or after `revision` either way.
+pb::RangeResponse range_since(Connection& c, pb::RangeRequest request, std::int64_t revision,
+                              std::string_view key) {
+  request.set_serializable(true);
+  auto range = c.range(request, "read the queue", key);
+  if (range.header().revision() >= revision) return range;
+  request.set_serializable(false);
+  return c.range(request, "read the queue", key);
+}
+
 Queue queue_of(const pb::RangeResponse& range, std::int64_t revision) {
   Queue queue;
   queue.nodes.assign(range.kvs().begin(), range.kvs().end());
@@ -114,10 +125,7 @@ Queue read_queue(Connection& c, const std::string& root, std::string_view key, s
 }
 
 Queue read_queue_ahead(Connection& c, const std::string& root, std::string_view key, std::int64_t created) {
-  auto request = queue_request(key_dir(root, key), 0, created);
-  request.set_serializable(true);
-  const auto range = c.range(request, "read the queue", key);
-  if (range.header().revision() < created) return read_queue(c, root, key, 0, created);
+  const auto range = range_since(c, queue_request(key_dir(root, key), 0, created), created, key);
   return queue_of(range, range.header().revision());
 }
 
@@ -234,12 +242,7 @@ std::optional<std::int64_t> first_in_line(Connection& c, const std::string& root
   // Not count_only: etcd counts a range before it filters by revision.
   auto request = queue_request(key_dir(root, key), 1, created - 1);
   request.set_keys_only(true);
-  request.set_serializable(true);
-  auto range = c.range(request, "read the queue", key);
-  if (range.header().revision() < created) {
-    request.set_serializable(false);
-    range = c.range(request, "read the queue", key);
-  }
+  const auto range = range_since(c, request, created, key);
   if (range.kvs_size() != 0) return std::nullopt;
   return range.header().revision();
 }
@@ -248,13 +251,7 @@ bool node_there(Connection& c, const std::string& node, std::string_view key, st
   pb::RangeRequest request;
   request.set_key(node);
   request.set_count_only(true);
-  request.set_serializable(true);
-  auto range = c.range(request, "read the queue", key);
-  if (range.header().revision() < revision) {
-    request.set_serializable(false);
-    range = c.range(request, "read the queue", key);
-  }
-  return range.count() > 0;
+  return range_since(c, request, revision, key).count() > 0;
 }
 
 bool remove_all_unchanged(Connection& c, Repairs* repairs, const std::vector<pb::KeyValue>& nodes,
