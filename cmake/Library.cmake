@@ -153,6 +153,7 @@ if(DLOCK_WITH_POSTGRES)
     src/backends/postgres/postgres_backend.cpp
     src/backends/postgres/session_mode.cpp
     src/backends/postgres/session_sql.cpp
+    src/backends/postgres/session_shared_sql.cpp
     src/backends/postgres/session_waiter.cpp
     src/backends/postgres/shared_sql.cpp
     src/backends/postgres/store.cpp)

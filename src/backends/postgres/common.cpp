@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <cctype>
+#include <cstdint>
 
 #include "dlock/errors.hpp"
 
@@ -88,6 +89,25 @@ LockInfo holder_of(const Row& row, std::string key, std::size_t first, bool shar
   info.evicted = info.hold_count == 0;
   if (shared_column && row[first + 5] == "t") info.mode = LockMode::shared;
   return info;
+}
+
+std::string list_most(std::size_t limit) { return std::to_string(std::min<std::size_t>(limit, INT64_MAX - 1) + 1); }
+
+ListPage list_page(const std::vector<Row>& rows, std::size_t limit) {
+  ListPage page;
+  std::size_t keys = 0;
+  for (const auto& row : rows) {
+    const std::string key = row[0].value_or("");
+    if (page.locks.empty() || page.locks.back().key != key) {
+      if (keys == limit) {
+        page.next_after = page.locks.back().key;
+        break;
+      }
+      ++keys;
+    }
+    page.locks.push_back(holder_of(row, key, 1, true));
+  }
+  return page;
 }
 
 std::string ms_text(std::chrono::milliseconds ms) { return std::to_string(ms.count()); }

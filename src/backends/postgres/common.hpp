@@ -8,6 +8,7 @@
 #include <optional>
 #include <string>
 #include <string_view>
+#include <vector>
 
 #include "backends/postgres/connection.hpp"
 #include "dlock/backend.hpp"
@@ -55,5 +56,11 @@ std::string ms_text(std::chrono::milliseconds ms);
 // A holder as the statements report it: owner, token, holds, ttl left (ms), time held (ms) from
 // column `first` on, then, when `shared_column`, whether it holds shared (t/f).
 LockInfo holder_of(const Row& row, std::string key, std::size_t first, bool shared_column = false);
+
+// list(): the `most` parameter of a list statement, one key more than `limit` asks for, which
+// tells whether another page follows; and the page of its rows (the key, then a holder with
+// its shared column), whole keys each with all its holders.
+std::string list_most(std::size_t limit);
+ListPage list_page(const std::vector<Row>& rows, std::size_t limit);
 
 }  // namespace dlock::backends::postgres

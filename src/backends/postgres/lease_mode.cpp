@@ -123,22 +123,7 @@ class LeaseBackend final : public backend::Backend {
 
   ListPage list(std::string_view prefix, std::string_view after, std::size_t limit) override {
     if (limit == 0) return {};
-    // One key more than asked tells whether another page follows.
-    const std::string most = std::to_string(std::min<std::size_t>(limit, INT64_MAX - 1) + 1);
-    ListPage page;
-    std::size_t keys = 0;
-    for (const auto& row : query({}, sql_.list, {prefix, after, most})) {
-      const std::string key = row[0].value_or("");
-      if (page.locks.empty() || page.locks.back().key != key) {
-        if (keys == limit) {
-          page.next_after = page.locks.back().key;
-          break;
-        }
-        ++keys;
-      }
-      page.locks.push_back(holder_of(row, key, 1, true));
-    }
-    return page;
+    return list_page(query({}, sql_.list, {prefix, after, list_most(limit)}), limit);
   }
 
   std::vector<LockInfo> force_release(std::string_view key, Eviction eviction,

@@ -5,6 +5,7 @@
 // Waiters wait for the lock itself, queued by the server (session_waiter.hpp). README.md says
 // what this costs and where it cannot work (a pooler in transaction mode).
 
+#include <algorithm>
 #include <atomic>
 #include <map>
 #include <memory>
@@ -13,6 +14,7 @@
 
 #include "backends/postgres/activity.hpp"
 #include "backends/postgres/common.hpp"
+#include "backends/postgres/listen_bell.hpp"
 #include "backends/postgres/session_sql.hpp"
 #include "backends/postgres/session_waiter.hpp"
 #include "backends/postgres/store.hpp"
@@ -34,6 +36,7 @@ struct Hold {
   Pool::Lease connection;
   std::atomic<std::uint64_t> token = 0;  // changes under `mutex`; read by lookups without it
   std::string pid;  // the server process that took it: a pooler may hand the connection another
+  LockMode mode = LockMode::exclusive;
 };
 
 class SessionBackend final : public backend::Backend {
@@ -48,6 +51,7 @@ class SessionBackend final : public backend::Backend {
     c.frees_when_holder_dies = true;
     c.lease_is_the_session = true;
     c.records_acquisition_time = true;
+    c.shared_holders = true;
     return c;
   }
 
@@ -58,7 +62,7 @@ class SessionBackend final : public backend::Backend {
 
   std::unique_ptr<backend::Waiter> waiter(const backend::AcquireRequest& request) override {
     return std::make_unique<SessionWaiter>(
-        store_.pool(),
+        store_.pool(), settings_,
         [this](const backend::AcquireRequest& r, std::optional<Pool::Lease>& granted) { return attempt(r, granted); },
         request, session_lock_id(settings_.table, request.key));
   }
@@ -67,40 +71,52 @@ class SessionBackend final : public backend::Backend {
     const std::string token = std::to_string(lease.token);
     if (auto hold = find(lease.key, lease.owner, lease.token)) {
       const std::lock_guard lock(hold->mutex);
+      const auto& sql = hold->mode == LockMode::shared ? sql_.shared_renew : sql_.renew;
       const auto rows = on_hold(*hold, lease, [&](Connection& c) {
-        return c.query(sql_.renew, {lease.key, lease.owner, token, ms_text(ttl), std::to_string(c.tag())});
+        return c.query(sql, {lease.key, lease.owner, token, ms_text(ttl), std::to_string(c.tag())});
       });
       if (!rows || rows->empty()) return false;
       same_session(*hold, rows->at(0)[1]);
       return true;
     }
-    // The owner's hold taken by another client (an owner shared across clients).
-    return !store_.query(lease.key, sql_.renew, {lease.key, lease.owner, token, ms_text(ttl), "0"}).empty();
+    // The owner's hold taken by another client (an owner shared across clients), of either mode.
+    for (const auto* sql : {&sql_.renew, &sql_.shared_renew}) {
+      if (!store_.query(lease.key, *sql, {lease.key, lease.owner, token, ms_text(ttl), "0"}).empty()) return true;
+    }
+    return false;
   }
 
   std::optional<std::uint32_t> release(const backend::LeaseRef& lease) override {
     const std::string token = std::to_string(lease.token);
+    const std::string channel = key_channel(settings_.table, lease.key);
     auto hold = find(lease.key, lease.owner, lease.token);
     std::vector<Row> rows;
     if (hold) {
       const std::lock_guard lock(hold->mutex);
-      auto freed = on_hold(*hold, lease, [&](Connection& c) {
-        return c.query(sql_.free_fast, {lease.key, lease.owner, token, std::to_string(c.tag())});
-      });
-      if (!freed) return std::nullopt;  // the session ended, and the lock with it
-      if (!freed->empty()) {
-        same_session(*hold, freed->at(0)[1]);
-        forget(lease.key, lease.owner);  // the connection goes back to the pool
-        return 0u;
+      const bool shared = hold->mode == LockMode::shared;
+      if (!shared) {
+        auto freed = on_hold(*hold, lease, [&](Connection& c) {
+          return c.query(sql_.free_fast, {lease.key, lease.owner, token, std::to_string(c.tag())});
+        });
+        if (!freed) return std::nullopt;  // the session ended, and the lock with it
+        if (!freed->empty()) {
+          same_session(*hold, freed->at(0)[1]);
+          forget(lease.key, lease.owner);  // the connection goes back to the pool
+          return 0u;
+        }
       }
       auto answer = on_hold(*hold, lease, [&](Connection& c) {
-        return c.query(sql_.free, {lease.key, lease.owner, token, std::to_string(c.tag())});
+        const std::string tag = std::to_string(c.tag());
+        return shared ? c.query(sql_.shared_free, {lease.key, lease.owner, token, tag, channel})
+                      : c.query(sql_.free, {lease.key, lease.owner, token, tag});
       });
       if (!answer) return std::nullopt;  // the session ended, and the lock with it
       rows = std::move(*answer);
       if (rows.at(0)[0]) same_session(*hold, rows.at(0)[2]);
     } else {
+      // The owner's hold taken by another client (an owner shared across clients), of either mode.
       rows = store_.query(lease.key, sql_.free, {lease.key, lease.owner, token, "0"});
+      if (!rows.at(0)[0]) rows = store_.query(lease.key, sql_.shared_free, {lease.key, lease.owner, token, "0", channel});
     }
     const auto& left = rows.at(0)[0];
     if (hold && (!left || *left == "0")) {
@@ -115,22 +131,13 @@ class SessionBackend final : public backend::Backend {
 
   std::vector<LockInfo> inspect(std::string_view key) override {
     std::vector<LockInfo> holders;
-    for (const auto& row : store_.query(key, sql_.inspect, {key})) holders.push_back(holder_of(row, std::string(key), 0));
+    for (const auto& row : store_.query(key, sql_.inspect, {key})) holders.push_back(holder_of(row, std::string(key), 0, true));
     return holders;
   }
 
   ListPage list(std::string_view prefix, std::string_view after, std::size_t limit) override {
     if (limit == 0) return {};
-    const std::string most = std::to_string(std::min<std::size_t>(limit, INT64_MAX - 1) + 1);
-    ListPage page;
-    for (const auto& row : store_.query({}, sql_.list, {prefix, after, most})) {
-      if (page.locks.size() == limit) {
-        page.next_after = page.locks.back().key;
-        break;
-      }
-      page.locks.push_back(holder_of(row, row[0].value_or(""), 1));
-    }
-    return page;
+    return list_page(store_.query({}, sql_.list, {prefix, after, list_most(limit)}), limit);
   }
 
   std::vector<LockInfo> force_release(std::string_view key, Eviction eviction,
@@ -138,9 +145,10 @@ class SessionBackend final : public backend::Backend {
     const std::optional<std::string> token_text = token ? std::optional(std::to_string(*token)) : std::nullopt;
     const Param token_param = token_text ? Param(*token_text) : std::nullopt;
     std::vector<LockInfo> evicted;
+    const std::string channel = key_channel(settings_.table, key);
     for (const auto& row :
-         store_.query(key, sql_.evict, {key, token_param, eviction == Eviction::immediate ? "t" : "f"})) {
-      evicted.push_back(holder_of(row, std::string(key), 0));
+         store_.query(key, sql_.evict, {key, token_param, eviction == Eviction::immediate ? "t" : "f", channel})) {
+      evicted.push_back(holder_of(row, std::string(key), 0, true));
     }
     return evicted;
   }
@@ -159,13 +167,12 @@ class SessionBackend final : public backend::Backend {
   // the lock when it takes the key.
   backend::AcquireResult attempt(const backend::AcquireRequest& request, std::optional<Pool::Lease>& granted) {
     const std::string lock = std::to_string(session_lock_id(settings_.table, request.key));
-    const std::string ttl = ms_text(request.ttl);
-    if (auto hold = find(request.key, request.owner)) {
+    // A hold of the other mode re-enters from a pooled connection, which finds it by its lock:
+    // its connection's lock is of that mode.
+    if (auto hold = find(request.key, request.owner); hold && hold->mode == request.mode) {
       const std::lock_guard guard(hold->mutex);
       const backend::LeaseRef lease{request.key, request.owner, hold->token};
-      const auto rows = on_hold(*hold, lease, [&](Connection& c) {
-        return c.query(sql_.take, {request.key, request.owner, ttl, lock, "t", std::to_string(c.tag())});
-      });
+      const auto rows = on_hold(*hold, lease, [&](Connection& c) { return take(c, request, lock, true); });
       if (rows) {
         const Row& row = rows->at(0);
         if (row[0] == "reentered") return backend::Acquired{hold->token, held_count(row)};
@@ -173,7 +180,7 @@ class SessionBackend final : public backend::Backend {
           hold->token = to_u64(row[2]);
           return backend::Acquired{hold->token, 1};
         }
-        if (row[0] == "busy") return busy(row, request.key);  // evicted, within its lease
+        if (row[0] == "busy") return busy(*rows, request.key);  // evicted, within its lease
       }
       // Lost with its session: the key is asked for anew.
     }
@@ -193,19 +200,21 @@ class SessionBackend final : public backend::Backend {
         granted.reset();
         hold->token = to_u64(token);
         hold->pid = pid.value_or("");
+        hold->mode = request.mode;
         keep(request.key, request.owner, hold);
         return backend::Acquired{hold->token, 1};
       };
       std::vector<Row> rows;
+      bool fast = false;  // taken by take_fast: its row is the token and the server process
       try {
-        const auto statement = [&](const std::string& sql) {
-          return store_.with_connection(request.key, [&](Connection& c) {
-            return c.query(sql, {request.key, request.owner, ttl, lock, held ? "t" : "f", std::to_string(c.tag())});
-          }, on);
-        };
-        const auto fast = statement(sql_.take_fast);
-        if (fast.at(0)[0]) return pin(fast[0][0], fast[0][1]);
-        rows = statement(sql_.take);
+        rows = store_.with_connection(request.key, [&](Connection& c) -> std::vector<Row> {
+          if (request.mode == LockMode::exclusive) {
+            auto taken = c.query(sql_.take_fast, {request.key, request.owner, ms_text(request.ttl), lock,
+                                                  held ? "t" : "f", std::to_string(c.tag())});
+            if ((fast = taken.at(0)[0].has_value())) return taken;
+          }
+          return take(c, request, lock, held);
+        }, on);
       } catch (...) {
         // The statement may have taken the lock before it failed: the session goes, and the
         // lock with it.
@@ -213,24 +222,44 @@ class SessionBackend final : public backend::Backend {
         throw;
       }
       const Row& row = rows.at(0);
+      if (fast) return pin(row[0], row[1]);
       if (row[0] == "epoch") {
         store_.query({}, sql_.epoch, {});
         continue;
       }
-      if (row[0] == "acquired") return pin(row[2], row[6]);
+      if (row[0] == "acquired") return pin(row[2], row[7]);
       if (row[0] == "reentered") return backend::Acquired{to_u64(row[2]), held_count(row)};
-      return busy(row, request.key);
+      if (row[0] == "permits") {
+        throw backend::permits_disagree(request.key, held_count(row), request.permits);
+      }
+      return busy(rows, request.key);
     }
   }
 
-  // A 'busy' row of the take function.
-  static backend::Busy busy(const Row& row, std::string_view key) {
-    if (!row[1]) return backend::Busy{{}, kTakeoverRecheck};
-    LockInfo holder = holder_of(row, std::string(key), 1);
-    // Evicted with a lock delay: its lease's end opens the key. A live holder's end comes
-    // with its session, which the server tells a queued waiter at once.
-    const auto retry = holder.evicted ? holder.ttl_left : kQueuedRecheck;
-    return backend::Busy{{std::move(holder)}, retry};
+  // The take function of the request's mode, on `c`, which has the key's lock if `held`.
+  std::vector<Row> take(Connection& c, const backend::AcquireRequest& request, const std::string& lock, bool held) {
+    const std::string ttl = ms_text(request.ttl), tag = std::to_string(c.tag());
+    const char* held_text = held ? "t" : "f";
+    const char* waiting = request.waiting ? "t" : "f";
+    if (request.mode == LockMode::exclusive) {
+      return c.query(sql_.take, {request.key, request.owner, ttl, lock, held_text, tag, waiting});
+    }
+    return c.query(sql_.shared_take, {request.key, request.owner, ttl, lock, held_text, tag, waiting,
+                                      std::to_string(request.permits), std::to_string(request.waited_behind)});
+  }
+
+  // The 'busy' rows of a take function: every live holder, or one row without a holder to name.
+  static backend::Busy busy(const std::vector<Row>& rows, std::string_view key) {
+    if (!rows.at(0)[1]) return backend::Busy{{}, kTakeoverRecheck};
+    backend::Busy busy{{}, kQueuedRecheck};
+    for (const Row& row : rows) {
+      LockInfo holder = holder_of(row, std::string(key), 1, true);
+      // Evicted with a lock delay: its lease's end opens the key. A live holder's end comes
+      // with its session, which the server tells a queued waiter at once.
+      if (holder.evicted) busy.retry_within = std::min(busy.retry_within, holder.ttl_left);
+      busy.holders.push_back(std::move(holder));
+    }
+    return busy;
   }
 
   static std::uint32_t held_count(const Row& row) { return static_cast<std::uint32_t>(to_u64(row[3])); }

@@ -17,14 +17,17 @@ struct SessionSql {
   explicit SessionSql(const std::string& table);
 
   std::string take_fast;  // the common acquisition, one plain statement: the key's free or left row taken
-  std::string take;     // any attempt: acquired, busy, or 'epoch' (start one, then attempt again)
+  std::string take;     // any exclusive attempt: acquired, busy, or 'epoch' (start one, then attempt again)
+  std::string shared_take;  // any shared attempt: the same, or 'permits' (the key's holders took others)
   std::string epoch;    // starts an epoch: raises it durably and sets the token floor
   std::string renew;    // the holder's lease end, for a lock delay and for inspect
+  std::string shared_renew;
   std::string free_fast;  // the common release, one plain statement: the last hold, on the holder's connection
   std::string free;     // one hold; the last gives the advisory lock back (or ends its session)
-  std::string inspect;  // the key's live holder
+  std::string shared_free;
+  std::string inspect;  // the key's live holders
   std::string list;
-  std::string evict;    // force-release: immediate ends the holder's session
+  std::string evict;    // force-release: immediate ends the holders' sessions
   std::string collect_idle;  // deletes the free rows, raising the floor: returns how many
 };
 

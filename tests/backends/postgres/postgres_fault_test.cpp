@@ -3,8 +3,8 @@
 // under a holder and a waiter (pg_terminate_backend: the holder keeps its lease, the waiter
 // still gets the key, woken by the release), and the set-up errors that must name their fix.
 // Session mode: tokens rise across a restart, a crash (which empties its unlogged tables) and
-// clean-up; a restart or a killed connection ends the lock, and its holder learns; keys whose
-// advisory lock ids collide share nothing but the wait.
+// clean-up; a restart or a killed connection ends the lock, and its holder learns, readers as
+// writers; keys whose advisory lock ids collide share nothing but the wait.
 //
 // The server is the one scripts/servers/postgres.sh starts (scripts/test.sh does), named by
 //   DLOCK_PG_URL        owner of the test database (every case needs it, or skips)
@@ -308,6 +308,35 @@ TEST_F(PostgresFault, SessionModeKilledHolderConnectionFreesTheKey) {
   EXPECT_TRUE(eventually([&] { return lost.load(); }, 3s)) << "the holder never learned its connection ended";
 }
 
+// Readers hold the key's lock in shared mode on connections of their own: their connections
+// killed, the server grants the lock to the queued writer at once, and the readers learn.
+TEST_F(PostgresFault, SessionModeKilledReaderConnectionsFreeTheKey) {
+  Client readers = Client::open(session_url());
+  Client writer = Client::open(session_url());
+  LockOptions shared = renewed(2s);
+  shared.mode = LockMode::shared;
+  shared.owner = "first-reader";
+  Lease first = readers.acquire("k", shared);
+  shared.owner = "second-reader";
+  Lease second = readers.acquire("k", shared);
+  std::atomic<int> lost{0};
+  first.on_lost([&](const LossInfo&) { ++lost; });
+  second.on_lost([&](const LossInfo&) { ++lost; });
+  auto waiting = std::async(std::launch::async, [&] {
+    auto acquired = writer.try_acquire_for("k", 30s, LockOptions{.ttl = 5s});
+    return std::pair{acquired ? acquired.lease().token() : 0, Clock::now()};
+  });
+  ASSERT_TRUE(eventually(
+      [] { return admin("SELECT count(*) FROM pg_locks WHERE locktype = 'advisory' AND NOT granted") != "0"; }, 10s))
+      << "the writer never queued for the lock";
+  const auto killed = Clock::now();
+  EXPECT_EQ(admin("SELECT count(pg_terminate_backend(pid)) FROM \"" + table_ + "_session_shared\" WHERE key = 'k'"), "2");
+  const auto [got, at] = waiting.get();
+  EXPECT_GT(got, std::max(first.token(), second.token())) << "the writer did not get the key with a higher token";
+  EXPECT_LT(at - killed, 2s) << "the writer was not granted the lock at once (" << ms(at - killed) << " ms)";
+  EXPECT_TRUE(eventually([&] { return lost.load() == 2; }, 3s)) << "the readers never learned their connections ended";
+}
+
 // Advisory lock ids are hashes of the keys: two keys may share one. Their owners, holds and
 // tokens stay apart; they only wait for each other. Driven through session mode's functions
 // with one lock id for two keys.
@@ -322,21 +351,21 @@ TEST_F(PostgresFault, SessionModeKeysWhoseLockIdsCollideShareNothingButTheWait) 
   ASSERT_EQ(PQstatus(b), CONNECTION_OK) << PQerrorMessage(b);
   const std::string take = "SELECT outcome, owner, token FROM \"" + table_ + "_session_take\"";
   const std::string lock = "4242";
-  const auto x = run_sql(a, take + "('x', 'o1', 10000, " + lock + ", false, 1)");
+  const auto x = run_sql(a, take + "('x', 'o1', 10000, " + lock + ", false, 1, false)");
   ASSERT_EQ(x.size(), 1u);
   EXPECT_EQ(x[0][0], "acquired");
   // y has no holder to name: it waits for x's, whose owner it is not told of.
-  auto y = run_sql(b, take + "('y', 'o2', 10000, " + lock + ", false, 2)");
+  auto y = run_sql(b, take + "('y', 'o2', 10000, " + lock + ", false, 2, false)");
   EXPECT_EQ(y.at(0)[0], "busy");
   EXPECT_EQ(y.at(0)[1], "") << "y was reported held by x's owner";
-  EXPECT_EQ(run_sql(b, take + "('x', 'o2', 10000, " + lock + ", false, 2)").at(0)[1], "o1");
+  EXPECT_EQ(run_sql(b, take + "('x', 'o2', 10000, " + lock + ", false, 2, false)").at(0)[1], "o1");
   EXPECT_EQ(run_sql(a, "SELECT left_holds FROM \"" + table_ + "_session_free\"('x', 'o1', " + x[0][2] + ", 1)").at(0)[0],
             "0");
-  y = run_sql(b, take + "('y', 'o2', 10000, " + lock + ", false, 2)");
+  y = run_sql(b, take + "('y', 'o2', 10000, " + lock + ", false, 2, false)");
   EXPECT_EQ(y.at(0)[0], "acquired");
   EXPECT_NE(std::stoull(y[0][2]), std::stoull(x[0][2]) + 1) << "y's token came from x's count";
   // x is free, yet waits while y holds the shared lock id; y's holder is o2 alone.
-  const auto x_again = run_sql(a, take + "('x', 'o1', 10000, " + lock + ", false, 1)");
+  const auto x_again = run_sql(a, take + "('x', 'o1', 10000, " + lock + ", false, 1, false)");
   EXPECT_EQ(x_again.at(0)[0], "busy");
   EXPECT_EQ(x_again.at(0)[1], "");
   Client client = Client::open(session_url());
