@@ -29,8 +29,6 @@ CREATE UNLOGGED TABLE IF NOT EXISTS "{T}_session" (
   readers_claim_token bigint,             -- the readers' claim: the exclusive grant they wait out (-1: the next)
   readers_claim_until timestamptz
 ) WITH (fillfactor = 50);
-ALTER TABLE "{T}_session" ADD COLUMN IF NOT EXISTS writer_claim_until timestamptz,
-  ADD COLUMN IF NOT EXISTS readers_claim_token bigint, ADD COLUMN IF NOT EXISTS readers_claim_until timestamptz;
 -- The token floor: new keys start above it (id 1: the epoch * 2^40, raised by clean-up).
 CREATE UNLOGGED TABLE IF NOT EXISTS "{T}_session_floor" (id integer PRIMARY KEY CHECK (id = 1), v bigint NOT NULL);
 -- The epoch, durable: raised each time the floor is found missing.
