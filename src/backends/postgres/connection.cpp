@@ -8,7 +8,6 @@
 #include <deque>
 #include <memory>
 #include <random>
-#include <utility>
 #include <vector>
 
 namespace dlock::backends::postgres {
@@ -176,26 +175,8 @@ void Connection::run(const std::string& sql) {
 void Connection::send(const std::string& sql, std::initializer_list<Param> params) {
   const char* name = prepared(sql);
   const TextParams p(params);
-  sent_rows_.clear();
-  sent_error_.reset();
   if (PQsendQueryPrepared(conn_, name, static_cast<int>(p.values.size()), p.values.data(), nullptr, nullptr, 0) != 1) {
     fail(nullptr, false);
-  }
-}
-
-void Connection::send_then(const std::string& first, std::initializer_list<Param> first_params,
-                           const std::string& then, std::initializer_list<Param> then_params) {
-  const char* first_name = prepared(first);
-  const char* then_name = prepared(then);
-  const TextParams a(first_params), b(then_params);
-  sent_rows_.clear();
-  sent_error_.reset();
-  if (PQenterPipelineMode(conn_) != 1) fail(nullptr, false);
-  pipelined_ = true;
-  if (PQsendQueryPrepared(conn_, first_name, static_cast<int>(a.values.size()), a.values.data(), nullptr, nullptr, 0) != 1 ||
-      PQsendQueryPrepared(conn_, then_name, static_cast<int>(b.values.size()), b.values.data(), nullptr, nullptr, 0) != 1 ||
-      PQpipelineSync(conn_) != 1) {
-    fail(nullptr, true);
   }
 }
 
@@ -211,35 +192,23 @@ bool Connection::wait_readable(std::chrono::steady_clock::time_point deadline) {
 }
 
 std::optional<std::vector<Row>> Connection::finish_sent(std::chrono::steady_clock::time_point deadline) {
-  for (;;) {
-    while (PQisBusy(conn_)) {
-      if (!wait_readable(deadline)) return std::nullopt;
-      if (PQconsumeInput(conn_) != 1) fail(nullptr, true);
-    }
-    PGresult* result = PQgetResult(conn_);
-    if (result == nullptr) {
-      if (pipelined_) continue;  // the end of one statement's results
-      break;
-    }
-    const auto status = PQresultStatus(result);
-    if (status == PGRES_PIPELINE_SYNC) {
-      PQclear(result);
-      pipelined_ = false;
-      if (PQexitPipelineMode(conn_) != 1) fail(nullptr, true);
-      break;
-    }
-    if (status == PGRES_PIPELINE_ABORTED) {  // after the first statement failed
-      PQclear(result);
-      continue;
-    }
+  while (PQisBusy(conn_)) {
+    if (!wait_readable(deadline)) return std::nullopt;
+    if (PQconsumeInput(conn_) != 1) fail(nullptr, true);
+  }
+  std::vector<Row> rows;
+  bool failed = false;
+  std::optional<PgError> error;
+  while (PGresult* result = PQgetResult(conn_)) {
     try {
-      sent_rows_ = rows_of(result, true);
+      rows = rows_of(result, true);
     } catch (const PgError& e) {
-      if (!sent_error_) sent_error_ = e;
+      failed = true;
+      error = e;
     }
   }
-  if (sent_error_) throw *std::exchange(sent_error_, std::nullopt);
-  return std::exchange(sent_rows_, {});
+  if (failed) throw *error;
+  return rows;
 }
 
 bool Connection::wait_for_notification(std::chrono::steady_clock::time_point deadline) {

@@ -64,13 +64,8 @@ class Connection {
   // A prepared statement sent without waiting for its answer (a wait inside the server);
   // finish_sent() collects it. Throws PgError.
   void send(const std::string& sql, std::initializer_list<Param> params);
-  // Two prepared statements sent at once (libpq's pipeline mode), in one implicit transaction:
-  // the server runs `then` as soon as `first` has answered, without waiting for the client.
-  // finish_sent() collects them, returning the rows of `then`; a failure of either throws.
-  void send_then(const std::string& first, std::initializer_list<Param> first_params, const std::string& then,
-                 std::initializer_list<Param> then_params);
-  // Waits for the answer to send() or send_then() until `deadline`; nothing when the deadline
-  // came first (the statement goes on in the server, and a later call collects it).
+  // Waits for the answer to send() until `deadline`; nothing when the deadline came first (the
+  // statement goes on in the server, and a later call collects it).
   std::optional<std::vector<Row>> finish_sent(std::chrono::steady_clock::time_point deadline);
 
   // Waits for a notification (LISTEN) until `deadline`: true when one came, or one had come
@@ -106,11 +101,6 @@ class Connection {
   PGconn* conn_ = nullptr;
   bool broken_ = false;
   std::unordered_map<std::string, std::string> statements_;  // SQL text -> prepared name
-  // What finish_sent() has collected so far of the statements sent: it may return at its
-  // deadline between two results.
-  bool pipelined_ = false;
-  std::vector<Row> sent_rows_;
-  std::optional<PgError> sent_error_;
 };
 
 }  // namespace dlock::backends::postgres

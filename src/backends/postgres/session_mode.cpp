@@ -62,13 +62,8 @@ class SessionBackend final : public backend::Backend {
 
   std::unique_ptr<backend::Waiter> waiter(const backend::AcquireRequest& request) override {
     return std::make_unique<SessionWaiter>(
-        store_.pool(), settings_, sql_.take_fast,
-        [this](const backend::AcquireRequest& r, std::optional<Pool::Lease>& granted, const SessionWaiter::Taken* taken,
-               bool queued) -> backend::AcquireResult {
-          if (taken) return pin(r, granted, taken->token, taken->pid, taken->at);
-          if (queued) return busy(inspect(r.key));
-          return attempt(r, granted);
-        },
+        store_.pool(), settings_,
+        [this](const backend::AcquireRequest& r, std::optional<Pool::Lease>& granted) { return attempt(r, granted); },
         request, session_lock_id(settings_.table, request.key));
   }
 
@@ -200,9 +195,14 @@ class SessionBackend final : public backend::Backend {
         raise(e, settings_, request.key);
       }
       // The key is ours on `on`, which keeps the lock: out of the pool with it.
-      const auto pin_here = [&](const std::optional<std::string>& token, const std::optional<std::string>& pid) {
-        if (!held) granted = std::move(pooled);
-        return this->pin(request, granted, token, pid);
+      const auto pin = [&](const std::optional<std::string>& token, const std::optional<std::string>& pid) {
+        auto hold = std::make_shared<Hold>(held ? std::move(*granted) : std::move(*pooled));
+        granted.reset();
+        hold->token = to_u64(token);
+        hold->pid = pid.value_or("");
+        hold->mode = request.mode;
+        keep(request.key, request.owner, hold);
+        return backend::Acquired{hold->token, 1};
       };
       std::vector<Row> rows;
       bool fast = false;  // taken by take_fast: its row is the token and the server process
@@ -222,32 +222,18 @@ class SessionBackend final : public backend::Backend {
         throw;
       }
       const Row& row = rows.at(0);
-      if (fast) return pin_here(row[0], row[1]);
+      if (fast) return pin(row[0], row[1]);
       if (row[0] == "epoch") {
         store_.query({}, sql_.epoch, {});
         continue;
       }
-      if (row[0] == "acquired") return pin_here(row[2], row[7]);
+      if (row[0] == "acquired") return pin(row[2], row[7]);
       if (row[0] == "reentered") return backend::Acquired{to_u64(row[2]), held_count(row)};
       if (row[0] == "permits") {
         throw backend::permits_disagree(request.key, held_count(row), request.permits);
       }
       return busy(rows, request.key);
     }
-  }
-
-  // The key is ours on `granted`, which keeps the lock: out of the pool with it. `taken_at`:
-  // when the key was taken, if before this attempt.
-  backend::Acquired pin(const backend::AcquireRequest& request, std::optional<Pool::Lease>& granted,
-                        const std::optional<std::string>& token, const std::optional<std::string>& pid,
-                        std::optional<std::chrono::steady_clock::time_point> taken_at = std::nullopt) {
-    auto hold = std::make_shared<Hold>(std::move(*granted));
-    granted.reset();
-    hold->token = to_u64(token);
-    hold->pid = pid.value_or("");
-    hold->mode = request.mode;
-    keep(request.key, request.owner, hold);
-    return backend::Acquired{hold->token, 1, taken_at};
   }
 
   // The take function of the request's mode, on `c`, which has the key's lock if `held`.
@@ -264,16 +250,10 @@ class SessionBackend final : public backend::Backend {
 
   // The 'busy' rows of a take function: every live holder, or one row without a holder to name.
   static backend::Busy busy(const std::vector<Row>& rows, std::string_view key) {
-    std::vector<LockInfo> holders;
-    if (rows.at(0)[1]) {
-      for (const Row& row : rows) holders.push_back(holder_of(row, std::string(key), 1, true));
-    }
-    return busy(std::move(holders));
-  }
-  static backend::Busy busy(std::vector<LockInfo> holders) {
-    if (holders.empty()) return backend::Busy{{}, kTakeoverRecheck};
+    if (!rows.at(0)[1]) return backend::Busy{{}, kTakeoverRecheck};
     backend::Busy busy{{}, kQueuedRecheck};
-    for (LockInfo& holder : holders) {
+    for (const Row& row : rows) {
+      LockInfo holder = holder_of(row, std::string(key), 1, true);
       // Evicted with a lock delay: its lease's end opens the key. A live holder's end comes
       // with its session, which the server tells a queued waiter at once.
       if (holder.evicted) busy.retry_within = std::min(busy.retry_within, holder.ttl_left);

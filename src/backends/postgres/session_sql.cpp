@@ -294,22 +294,19 @@ SessionSql::SessionSql(const std::string& table) {
   // more): the lock, then the key's row if it is free, or left by a session that ended, and
   // not this connection's own hold (a re-entry), nor held shared, nor kept for readers who
   // waited for its last writer. Returns the new token (NULL: nothing taken, and the lock given
-  // back unless held before; the function decides), this session's server process, and how
-  // long after its transaction began the lock was had (µs: a waiter's, whose transaction
-  // began with its wait, SessionWaiter).
+  // back unless held before; the function decides), and this session's server process.
   // $1 key, $2 owner, $3 ttl (ms), $4 lock id, $5 held (t/f), $6 the connection's tag.
-  take_fast = "WITH l AS MATERIALIZED (SELECT $5::boolean OR pg_try_advisory_lock($4::bigint) AS got, clock_timestamp() "
-              "AS had), u AS (UPDATE " + t + " AS s SET owner = $2, token = s.token + 1, holds = 1, expires_at = "
-              "clock_timestamp() + $3::bigint * interval '1 millisecond', acquired_at = clock_timestamp(), lock_id = "
-              "$4::bigint, pid = pg_backend_pid(), tag = $6::bigint, writer_claim_until = NULL, readers_claim_token = CASE "
-              "WHEN s.readers_claim_token = -1 AND s.readers_claim_until > clock_timestamp() THEN s.token + 1 ELSE "
+  take_fast = "WITH l AS MATERIALIZED (SELECT $5::boolean OR pg_try_advisory_lock($4::bigint) AS got), u AS ("
+              "UPDATE " + t + " AS s SET owner = $2, token = s.token + 1, holds = 1, expires_at = clock_timestamp() + "
+              "$3::bigint * interval '1 millisecond', acquired_at = clock_timestamp(), lock_id = $4::bigint, "
+              "pid = pg_backend_pid(), tag = $6::bigint, writer_claim_until = NULL, readers_claim_token = CASE WHEN "
+              "s.readers_claim_token = -1 AND s.readers_claim_until > clock_timestamp() THEN s.token + 1 ELSE "
               "s.readers_claim_token END FROM l WHERE l.got AND s.key = $1 AND s.owner <> ' shared' "
               "AND (s.owner = '' OR s.holds > 0 OR s.expires_at <= clock_timestamp()) "
               "AND NOT (s.owner = $2 AND s.holds > 0 AND s.tag = $6::bigint) AND NOT COALESCE(s.readers_claim_until > "
               "clock_timestamp() AND s.readers_claim_token = s.token, false) RETURNING s.token) "
-              "SELECT (SELECT token FROM u), pg_backend_pid(), (EXTRACT(EPOCH FROM l.had - transaction_timestamp()) * "
-              "1000000)::bigint, CASE WHEN l.got AND NOT $5::boolean AND NOT EXISTS (SELECT 1 FROM u) THEN "
-              "pg_advisory_unlock($4::bigint) END FROM l";
+              "SELECT (SELECT token FROM u), pg_backend_pid(), CASE WHEN l.got AND NOT $5::boolean AND NOT EXISTS "
+              "(SELECT 1 FROM u) THEN pg_advisory_unlock($4::bigint) END FROM l";
   // take_fast's parameters, and $7 waiting (t/f).
   take = "SELECT * FROM \"" + table + "_session_take\"($1, $2, $3::bigint, $4::bigint, $5::boolean, $6::bigint, "
          "$7::boolean)";

@@ -2,7 +2,6 @@
 
 #include <algorithm>
 #include <thread>
-#include <utility>
 #include <variant>
 
 namespace dlock::backends::postgres {
@@ -19,11 +18,10 @@ bool full(const backend::Busy& busy, LockMode mode, std::uint32_t permits) {
 
 }  // namespace
 
-SessionWaiter::SessionWaiter(Pool& pool, const Settings& settings, const std::string& take_fast, Attempt attempt,
+SessionWaiter::SessionWaiter(Pool& pool, const Settings& settings, Attempt attempt,
                              const backend::AcquireRequest& request, std::int64_t lock_id)
     : pool_(pool),
       settings_(settings),
-      take_fast_(take_fast),
       attempt_(std::move(attempt)),
       key_(request.key),
       owner_(request.owner),
@@ -53,11 +51,8 @@ void SessionWaiter::give_back() noexcept {
 
 backend::AcquireResult SessionWaiter::attempt() {
   if (permit_line_) permit_line_->arm();
-  const std::optional<Taken> taken = std::exchange(taken_, std::nullopt);
-  auto result = attempt_({key_, owner_, ttl_, mode_, permits_, /*waiting=*/true, waited_behind_}, granted_,
-                         taken ? &*taken : nullptr, queued_.has_value());
+  auto result = attempt_({key_, owner_, ttl_, mode_, permits_, /*waiting=*/true, waited_behind_}, granted_);
   waited_behind_ = backend::waited_behind(mode_, result);
-  if (queued_) return result;  // a look at the holders: the place in line stays
   const auto* busy = std::get_if<backend::Busy>(&result);
   wait_ = !busy || !busy->holders.empty() ? (busy && full(*busy, mode_, permits_) ? Wait::permit : Wait::lock)
                                           : Wait::recheck;
@@ -89,32 +84,15 @@ void SessionWaiter::wait_until(std::chrono::steady_clock::time_point deadline) {
   try {
     if (!queued_) {
       queued_.emplace(pool_.take());
-      queued_at_ = std::chrono::steady_clock::now();
-      if (mode_ == LockMode::shared) {
-        (*queued_)->send("SELECT pg_advisory_lock_shared($1::bigint)", {lock_id_});
-      } else {
-        // The wait and the take in one pipeline: the server takes the key the moment it grants
-        // the lock, with no round trip to this client in between, and the take's statement
-        // holds no table lock while the wait lasts.
-        (*queued_)->send_then("SELECT pg_advisory_lock($1::bigint)", {lock_id_}, take_fast_,
-                              {key_, owner_, std::to_string(ttl_.count()), lock_id_, "t",
-                               std::to_string((*queued_)->tag())});
-      }
+      (*queued_)->send(mode_ == LockMode::shared ? "SELECT pg_advisory_lock_shared($1::bigint)"
+                                                 : "SELECT pg_advisory_lock($1::bigint)",
+                       {lock_id_});
     }
     // A deadline ends this wait, not the place in line: the request stays queued in the
-    // server, and attempts meanwhile only look at the key.
-    const auto answer = (*queued_)->finish_sent(deadline);
-    if (!answer) return;
+    // server, and attempts meanwhile use pooled connections.
+    if (!(*queued_)->finish_sent(deadline)) return;
     granted_ = std::move(queued_);
     queued_.reset();
-    if (mode_ == LockMode::exclusive && answer->at(0)[0]) {
-      // Taken when the server granted the lock, at the earliest: that long after the wait
-      // reached it (the pipeline's transaction began), by the server's clock, and so after it
-      // was sent.
-      const auto had = std::chrono::microseconds(std::max<std::int64_t>(0, std::stoll(answer->at(0)[2].value_or("0"))));
-      taken_ = Taken{answer->at(0)[0], answer->at(0)[1],
-                     std::min(queued_at_ + had, std::chrono::steady_clock::now())};
-    }
   } catch (const PgError&) {
     // The connection broke (killed, a restart) or cannot be made: the call goes on, its
     // attempts reporting what they find, after a short pause so that a server refusing only
