@@ -105,12 +105,15 @@ BEGIN
   END IF;
   -- Refused: by the owner's own evicted hold, by a full semaphore, by a lock it could not have
   -- (a writer holds or waits for it, or a key whose lock id is the same has it), or by a
-  -- waiting writer's claim, which does not refuse the readers who waited behind a writer nor
-  -- those a readers' claim lets go first. The readers it refuses go after the next writer: its
-  -- grant carries their claim onto its token.
+  -- waiting writer's claim, which does not refuse the readers who waited behind a writer, nor
+  -- those a readers' claim lets go first, nor a waiter the server granted the lock from its
+  -- queue (no writer was queued ahead of it, and a writer queued after it holds back every
+  -- reader that comes later). The readers it refuses go after the next writer: its grant
+  -- carries their claim onto its token.
   refused := own OR NOT got OR (p_permits > 0 AND live >= p_permits);
   for_readers := COALESCE(r.readers_claim_until > now_ AND r.readers_claim_token = r.token, false);
-  IF NOT refused AND p_waited_behind = 0 AND NOT for_readers AND COALESCE(r.writer_claim_until > now_, false) THEN
+  IF NOT refused AND NOT p_held AND p_waited_behind = 0 AND NOT for_readers
+      AND COALESCE(r.writer_claim_until > now_, false) THEN
     refused := true;
     IF p_waiting AND NOT COALESCE(r.readers_claim_until > now_, false) THEN
       UPDATE "{T}_session" SET readers_claim_token = -1, readers_claim_until = now_ + interval '2 seconds'

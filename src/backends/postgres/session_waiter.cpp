@@ -10,6 +10,15 @@ namespace {
 // How long a waiter whose connection broke (or cannot be made) pauses before it goes on.
 constexpr std::chrono::milliseconds kRetryPause{50};
 
+// How soon a waiter that a claim refused looks again.
+constexpr std::chrono::milliseconds kClaimRecheck{50};
+
+// Whether every holder that refused `busy` is evicted, keeping the key closed until its lease
+// ends (a lock delay): the lock stays with the waiter meanwhile.
+bool all_evicted(const backend::Busy& busy) {
+  return std::all_of(busy.holders.begin(), busy.holders.end(), [](const LockInfo& h) { return h.evicted; });
+}
+
 // Whether `busy` is a semaphore's permits all taken.
 bool full(const backend::Busy& busy, LockMode mode, std::uint32_t permits) {
   return mode == LockMode::shared && permits > 0 && busy.holders.size() >= permits &&
@@ -51,11 +60,20 @@ void SessionWaiter::give_back() noexcept {
 
 backend::AcquireResult SessionWaiter::attempt() {
   if (permit_line_) permit_line_->arm();
+  const bool had_lock = granted_.has_value();
   auto result = attempt_({key_, owner_, ttl_, mode_, permits_, /*waiting=*/true, waited_behind_}, granted_);
   waited_behind_ = backend::waited_behind(mode_, result);
   const auto* busy = std::get_if<backend::Busy>(&result);
-  wait_ = !busy || !busy->holders.empty() ? (busy && full(*busy, mode_, permits_) ? Wait::permit : Wait::lock)
-                                          : Wait::recheck;
+  if (!busy) {
+    wait_ = Wait::lock;
+  } else if (full(*busy, mode_, permits_)) {
+    wait_ = Wait::permit;
+  } else if (busy->holders.empty() || (had_lock && !all_evicted(*busy))) {
+    // Refused with the lock in hand by a claim, which the lock cannot wait out.
+    wait_ = Wait::recheck;
+  } else {
+    wait_ = Wait::lock;
+  }
   // Leaving the permits' line lets the next waiter in it listen.
   if (wait_ != Wait::permit) permit_line_.reset();
   // A lock granted for a key that a claim or a semaphore's permits keep closed would keep out
@@ -69,10 +87,14 @@ backend::AcquireResult SessionWaiter::attempt() {
 }
 
 void SessionWaiter::wait_until(std::chrono::steady_clock::time_point deadline) {
-  if (wait_ == Wait::recheck || (wait_ == Wait::lock && granted_)) {
-    // A claim keeps the key for others (the deadline is the attempt's retry_within), or the lock
-    // is this waiter's but an evicted holder's lease keeps the key closed until the deadline
-    // (which it bounds): the others wait behind this one meanwhile.
+  if (wait_ == Wait::recheck) {
+    // A claim keeps the key for others, who are about to take it.
+    std::this_thread::sleep_until(std::min(deadline, std::chrono::steady_clock::now() + kClaimRecheck));
+    return;
+  }
+  if (wait_ == Wait::lock && granted_) {
+    // The lock is this waiter's, but an evicted holder's lease keeps the key closed until the
+    // deadline (which it bounds): the others wait behind this one meanwhile.
     std::this_thread::sleep_until(deadline);
     return;
   }
