@@ -4,7 +4,8 @@
 # pg_advisory_lock / pg_advisory_unlock pair, one durable one-row UPDATE, the advisory lock's
 # wake-up between two connections: bench/postgres_yardstick.cpp), then `dlock bench`'s
 # workloads (docs/bench.md) in each mode (MODES, default "lease session"): ping, uncontended,
-# distinct keys (8 processes), contended (8, 2 and 64 processes). JSON lines on stdout.
+# distinct keys (8 processes), contended (8, 2 and 64 processes; and 8 of which 6 read). JSON
+# lines on stdout.
 #
 #   bench/postgres.sh [DLOCK_BINARY]      (default build/release/dlock)
 #
@@ -39,4 +40,5 @@ for mode in ${MODES:-lease session}; do
   for clients in 8 2 64; do
     run --workload contended --clients "$clients"
   done
+  run --workload contended --clients 8 --readers 6  # a read-write lock: 6 readers, 2 writers
 done
