@@ -114,9 +114,9 @@ BEGIN
       RETURN QUERY SELECT 'busy', r.owner, r.token, 0, "{T}_ms"(r.expires_at - now_), "{T}_ms"(now_ - r.acquired_at), false, me;
       RETURN;
     END IF;
-    -- The readers who waited for the key's last writer go before the next, unless the server
-    -- granted this waiter the lock from its queue, which orders readers and writers itself.
-    IF found_ AND NOT p_held AND COALESCE(r.readers_claim_until > now_ AND r.readers_claim_token = r.token, false) THEN
+    -- The readers who waited for the key's last writer go before the next (a waiter the server
+    -- granted the lock gives it back and looks again: they may not be queued for it yet).
+    IF found_ AND COALESCE(r.readers_claim_until > now_ AND r.readers_claim_token = r.token, false) THEN
       IF NOT p_held THEN PERFORM pg_advisory_unlock(p_lock); END IF;
       RETURN QUERY SELECT 'busy', NULL::text, 0::bigint, 0, 0::bigint, 0::bigint, false, me;
       RETURN;
@@ -294,7 +294,7 @@ SessionSql::SessionSql(const std::string& table) {
   // The common acquisition in plain SQL (a function call costs some 15 µs of the server's time
   // more): the lock, then the key's row if it is free, or left by a session that ended, and
   // not this connection's own hold (a re-entry), nor held shared, nor kept for readers who
-  // waited for its last writer (unless held: the server's queue orders its waiters itself). Returns the new token (NULL: nothing taken, and the lock given
+  // waited for its last writer. Returns the new token (NULL: nothing taken, and the lock given
   // back unless held before; the function decides), and this session's server process.
   // $1 key, $2 owner, $3 ttl (ms), $4 lock id, $5 held (t/f), $6 the connection's tag.
   take_fast = "WITH l AS MATERIALIZED (SELECT $5::boolean OR pg_try_advisory_lock($4::bigint) AS got), u AS ("
@@ -304,8 +304,8 @@ SessionSql::SessionSql(const std::string& table) {
               "s.readers_claim_token = -1 AND s.readers_claim_until > clock_timestamp() THEN s.token + 1 ELSE "
               "s.readers_claim_token END FROM l WHERE l.got AND s.key = $1 AND s.owner <> ' shared' "
               "AND (s.owner = '' OR s.holds > 0 OR s.expires_at <= clock_timestamp()) "
-              "AND NOT (s.owner = $2 AND s.holds > 0 AND s.tag = $6::bigint) AND ($5::boolean OR NOT COALESCE("
-              "s.readers_claim_until > clock_timestamp() AND s.readers_claim_token = s.token, false)) RETURNING s.token) "
+              "AND NOT (s.owner = $2 AND s.holds > 0 AND s.tag = $6::bigint) AND NOT COALESCE(s.readers_claim_until > "
+              "clock_timestamp() AND s.readers_claim_token = s.token, false) RETURNING s.token) "
               "SELECT (SELECT token FROM u), pg_backend_pid(), CASE WHEN l.got AND NOT $5::boolean AND NOT EXISTS "
               "(SELECT 1 FROM u) THEN pg_advisory_unlock($4::bigint) END FROM l";
   // take_fast's parameters, and $7 waiting (t/f).

@@ -68,8 +68,10 @@ backend::AcquireResult SessionWaiter::attempt() {
     wait_ = Wait::lock;
   } else if (full(*busy, mode_, permits_)) {
     wait_ = Wait::permit;
-  } else if (busy->holders.empty() || (had_lock && !all_evicted(*busy))) {
-    // Refused with the lock in hand by a claim, which the lock cannot wait out.
+  } else if (had_lock && (busy->holders.empty() || !all_evicted(*busy))) {
+    // Refused with the lock in hand, by a claim, which the lock cannot wait out. (Without it, a
+    // busy key with no holder to name is being handed over, or is another key's with the same
+    // lock id: the waiter keeps its place in line.)
     wait_ = Wait::recheck;
   } else {
     wait_ = Wait::lock;

@@ -9,8 +9,9 @@
 //
 // Two refusals the lock cannot wait out. A full semaphore: its waiters line up for a freed
 // permit (listen_bell.hpp: the first in line listens on the key's channel, which a shared
-// release of a semaphore notifies). A claim (backend.hpp) that keeps a free key for others: the
-// waiter gives back what the server granted it and looks again after Busy::retry_within.
+// release of a semaphore notifies). A claim (backend.hpp) that keeps a free key for others from
+// a waiter the server granted the lock: the waiter gives the lock back and looks again within
+// 50 ms.
 
 #include <chrono>
 #include <cstdint>
