@@ -88,7 +88,8 @@ class SessionBackend final : public backend::Backend {
 
   std::optional<std::uint32_t> release(const backend::LeaseRef& lease) override {
     const std::string token = std::to_string(lease.token);
-    const std::string channel = key_channel(settings_.table, lease.key);
+    // The key's channel, which only a shared release notifies: not worked out for the common one.
+    const auto channel = [&] { return key_channel(settings_.table, lease.key); };
     auto hold = find(lease.key, lease.owner, lease.token);
     std::vector<Row> rows;
     if (hold) {
@@ -107,7 +108,7 @@ class SessionBackend final : public backend::Backend {
       }
       auto answer = on_hold(*hold, lease, [&](Connection& c) {
         const std::string tag = std::to_string(c.tag());
-        return shared ? c.query(sql_.shared_free, {lease.key, lease.owner, token, tag, channel})
+        return shared ? c.query(sql_.shared_free, {lease.key, lease.owner, token, tag, channel()})
                       : c.query(sql_.free, {lease.key, lease.owner, token, tag});
       });
       if (!answer) return std::nullopt;  // the session ended, and the lock with it
@@ -116,7 +117,7 @@ class SessionBackend final : public backend::Backend {
     } else {
       // The owner's hold taken by another client (an owner shared across clients), of either mode.
       rows = store_.query(lease.key, sql_.free, {lease.key, lease.owner, token, "0"});
-      if (!rows.at(0)[0]) rows = store_.query(lease.key, sql_.shared_free, {lease.key, lease.owner, token, "0", channel});
+      if (!rows.at(0)[0]) rows = store_.query(lease.key, sql_.shared_free, {lease.key, lease.owner, token, "0", channel()});
     }
     const auto& left = rows.at(0)[0];
     if (hold && (!left || *left == "0")) {
